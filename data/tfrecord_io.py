@@ -1,0 +1,202 @@
+"""TFRecord writing and reading shared by every task.
+
+One mechanism for all feature files:
+
+* Features are dicts of name -> list[int] / list[float] / bytes (fixed lengths per name), described by a
+  ``FeatureSpec`` (name -> (dtype, shape)).
+* ``write_tfrecords(path, records, spec, meta)`` writes ``path.tmp-<pid>`` first, then a manifest
+  ``path.json`` (count, spec, meta such as the tokenizer and max_seq_length), and renames both into place,
+  the manifest last. A file without a manifest, or whose manifest ``meta`` differs from what the caller wants,
+  is never trusted: ``cached_tfrecords`` rebuilds it. An interrupted writer leaves at most a ``.tmp-*`` file
+  that nothing reads.
+* ``make_dataset(paths, spec, ...)`` reads them back as batches of dict tensors.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sys
+import time
+from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+# name -> (dtype string: "int64" | "float32" | "string", shape tuple; () for scalars)
+FeatureSpec = Dict[str, Tuple[str, Tuple[int, ...]]]
+
+
+class Progress:
+    """A small progress bar on stderr (count, rate, ETA); silent when ``total`` is 0 or ``enabled`` is False."""
+
+    def __init__(self, total: Optional[int], desc: str, enabled: bool = True, every: float = 0.5):
+        self.total, self.desc, self.enabled, self.every = total, desc, enabled, every
+        self.n = 0
+        self.start = self.last = time.time()
+
+    def update(self, k: int = 1, extra: str = "") -> None:
+        self.n += k
+        now = time.time()
+        if self.enabled and (now - self.last >= self.every or (self.total and self.n >= self.total)):
+            self.last = now
+            rate = self.n / max(now - self.start, 1e-9)
+            if self.total:
+                eta = (self.total - self.n) / max(rate, 1e-9)
+                msg = f"\r{self.desc}: {self.n}/{self.total} ({rate:.0f}/s, ETA {eta:.0f}s) {extra}"
+            else:
+                msg = f"\r{self.desc}: {self.n} ({rate:.0f}/s) {extra}"
+            sys.stderr.write(msg)
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled and self.n:
+            sys.stderr.write(f"\r{self.desc}: {self.n} done in {time.time() - self.start:.1f}s\n")
+            sys.stderr.flush()
+
+
+def _to_feature(value, dtype: str):
+    import tensorflow as tf
+
+    if dtype == "int64":
+        arr = np.asarray(value, dtype=np.int64).reshape(-1)
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=arr))
+    if dtype == "float32":
+        arr = np.asarray(value, dtype=np.float32).reshape(-1)
+        return tf.train.Feature(float_list=tf.train.FloatList(value=arr))
+    if dtype == "string":
+        vals = value if isinstance(value, (list, tuple)) else [value]
+        vals = [v.encode("utf-8") if isinstance(v, str) else v for v in vals]
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=vals))
+    raise ValueError(f"unknown feature dtype {dtype!r}")
+
+
+def serialize(record: Mapping[str, object], spec: FeatureSpec) -> bytes:
+    """One feature dict -> serialized tf.train.Example; checks every field against the spec."""
+    import tensorflow as tf
+
+    feats = {}
+    for name, (dtype, shape) in spec.items():
+        if name not in record:
+            raise KeyError(f"feature {name!r} missing from record (have {sorted(record)})")
+        value = record[name]
+        if dtype != "string":
+            n = int(np.prod(shape)) if shape else 1
+            size = np.size(value)
+            if size != n:
+                raise ValueError(f"feature {name!r}: expected {n} values (shape {shape}), got {size}")
+        feats[name] = _to_feature(value, dtype)
+    return tf.train.Example(features=tf.train.Features(feature=feats)).SerializeToString()
+
+
+def manifest_path(path: str) -> str:
+    return path + ".json"
+
+
+def read_manifest(path: str) -> Optional[dict]:
+    try:
+        with open(manifest_path(path), "r", encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def write_tfrecords(path: str, records: Iterable[Mapping[str, object]], spec: FeatureSpec,
+                    meta: Optional[dict] = None, total: Optional[int] = None, desc: str = "writing",
+                    progress: bool = True) -> int:
+    """Atomically writes ``records`` to ``path`` plus its manifest; returns the record count."""
+    import tensorflow as tf
+
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    n = 0
+    bar = Progress(total, desc, enabled=progress)
+    try:
+        with tf.io.TFRecordWriter(tmp) as w:
+            for rec in records:
+                w.write(serialize(rec, spec))
+                n += 1
+                bar.update()
+        bar.close()
+        manifest = {"count": n, "spec": {k: [d, list(s)] for k, (d, s) in spec.items()}, "meta": meta or {}}
+        mtmp = f"{manifest_path(path)}.tmp-{os.getpid()}"
+        with open(mtmp, "w", encoding="utf-8") as f:
+            json.dump(manifest, f, indent=1, sort_keys=True)
+        # The data file first, the manifest last: a manifest always describes a complete file.
+        if os.path.exists(manifest_path(path)):
+            os.remove(manifest_path(path))
+        os.replace(tmp, path)
+        os.replace(mtmp, manifest_path(path))
+    finally:
+        for leftover in (tmp, f"{manifest_path(path)}.tmp-{os.getpid()}"):
+            if os.path.exists(leftover):
+                os.remove(leftover)
+    return n
+
+
+def is_valid_cache(path: str, meta: Optional[dict]) -> bool:
+    """True when ``path`` has a complete manifest whose meta equals ``meta``."""
+    m = read_manifest(path)
+    return bool(m) and os.path.isfile(path) and m.get("meta") == json.loads(json.dumps(meta or {}))
+
+
+def cached_tfrecords(path: str, build: Callable[[], Iterable[Mapping[str, object]]], spec: FeatureSpec,
+                     meta: Optional[dict] = None, total: Optional[int] = None, desc: str = "writing",
+                     progress: bool = True) -> int:
+    """Writes ``path`` from ``build()`` unless a valid cache with the same meta exists; returns the count."""
+    if is_valid_cache(path, meta):
+        return int(read_manifest(path)["count"])
+    return write_tfrecords(path, build(), spec, meta=meta, total=total, desc=desc, progress=progress)
+
+
+def parse_spec(spec: FeatureSpec):
+    import tensorflow as tf
+
+    out = {}
+    for name, (dtype, shape) in spec.items():
+        tf_dtype = {"int64": tf.int64, "float32": tf.float32, "string": tf.string}[dtype]
+        out[name] = tf.io.FixedLenFeature(list(shape), tf_dtype)
+    return out
+
+
+def make_dataset(paths: Sequence[str] | str, spec: FeatureSpec, batch_size: int, is_training: bool,
+                 seed: Optional[int] = None, shuffle_buffer: int = 10000, drop_remainder: Optional[bool] = None,
+                 repeat: Optional[bool] = None, int32: bool = True, input_context=None):
+    """TFRecords -> tf.data of dict batches (int64 features cast to int32 when ``int32``).
+
+    ``input_context`` (a ``tf.distribute.InputContext``) shards files/records per input pipeline.
+    """
+    import tensorflow as tf
+
+    if isinstance(paths, str):
+        paths = sorted(glob.glob(paths)) or [paths]
+    for p in paths:
+        if not os.path.isfile(p):
+            raise FileNotFoundError(f"TFRecord file not found: {p}")
+    features = parse_spec(spec)
+    ds = tf.data.TFRecordDataset(list(paths))
+    if input_context is not None and input_context.num_input_pipelines > 1:
+        ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+    if is_training if repeat is None else repeat:
+        ds = ds.repeat()
+    if is_training:
+        ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+
+    def _parse(serialized):
+        ex = tf.io.parse_single_example(serialized, features)
+        if int32:
+            ex = {k: tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in ex.items()}
+        return ex
+
+    ds = ds.map(_parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = ds.batch(batch_size, drop_remainder=is_training if drop_remainder is None else drop_remainder)
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def count_records(path: str) -> int:
+    m = read_manifest(path)
+    if m:
+        return int(m["count"])
+    import tensorflow as tf
+
+    return sum(1 for _ in tf.data.TFRecordDataset(path))

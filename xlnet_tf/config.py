@@ -1,0 +1,165 @@
+"""XLNetConfig: the checkpoint-bound shape (xlnet_config.json) plus the per-run options.
+
+Reads three json layouts:
+* the original release's ``xlnet_config.json`` (n_layer, d_model, n_head, d_head, d_inner, ff_activation,
+  untie_r, n_token);
+* HuggingFace's ``config.json`` (vocab_size instead of n_token, plus run options);
+* our own ``xlnet_tf_config.json`` (every field below).
+
+Activation names: ``"gelu"`` is the original's tanh approximation (what the released weights were trained
+with; HF calls it ``gelu_new``); ``"gelu_exact"`` is the erf form (HF's ``"gelu"``); ``"relu"``.
+HF configs saying ``"gelu"`` are read as ``"gelu"`` (tanh), faithful to the pretraining; pass
+``ff_activation="gelu_exact"`` to reproduce HF's PyTorch outputs bit for bit on such a config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any, Dict
+
+# Keys of the original xlnet_config.json (checkpoint-bound shape).
+SHAPE_KEYS = ("n_layer", "d_model", "n_head", "d_head", "d_inner", "ff_activation", "untie_r", "n_token")
+# Options that may differ from run to run over the same weights.
+RUN_KEYS = ("dropout", "dropatt", "mem_len", "reuse_len", "attn_type", "bi_data", "clamp_len", "same_length",
+            "initializer_range", "layer_norm_eps", "recompute")
+
+_ACTIVATION_ALIASES = {"gelu": "gelu", "gelu_new": "gelu", "gelu_tanh": "gelu", "gelu_exact": "gelu_exact",
+                       "gelu_erf": "gelu_exact", "relu": "relu"}
+
+
+@dataclasses.dataclass
+class XLNetConfig:
+    # --- shape (xlnet_config.json) ---
+    n_layer: int = 12
+    d_model: int = 768
+    n_head: int = 12
+    d_head: int = 64
+    d_inner: int = 3072
+    ff_activation: str = "gelu"
+    untie_r: bool = True
+    n_token: int = 32000
+    # --- run options ---
+    dropout: float = 0.1
+    dropatt: float = 0.1
+    mem_len: int = 0
+    reuse_len: int = 0
+    attn_type: str = "bi"          # "bi" | "uni"
+    bi_data: bool = False
+    clamp_len: int = -1            # <= 0: no clamping
+    same_length: bool = False
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    recompute: bool = False        # recompute each block's activations in the backward pass
+
+    def __post_init__(self):
+        self.validate()
+
+    # ------------------------------------------------------------------ checks
+    def validate(self) -> None:
+        for key in ("n_layer", "d_model", "n_head", "d_head", "d_inner", "n_token"):
+            val = getattr(self, key)
+            if not isinstance(val, int) or isinstance(val, bool) or val <= 0:
+                raise ValueError(f"XLNetConfig.{key}: expected a positive integer, got {val!r}")
+        act = _ACTIVATION_ALIASES.get(str(self.ff_activation).lower())
+        if act is None:
+            raise ValueError(f"XLNetConfig.ff_activation: expected one of {sorted(_ACTIVATION_ALIASES)}, "
+                             f"got {self.ff_activation!r}")
+        self.ff_activation = act
+        if self.attn_type not in ("bi", "uni"):
+            raise ValueError(f"XLNetConfig.attn_type: expected 'bi' or 'uni', got {self.attn_type!r}")
+        for key in ("dropout", "dropatt"):
+            if not 0.0 <= float(getattr(self, key)) < 1.0:
+                raise ValueError(f"XLNetConfig.{key}: expected a rate in [0, 1), got {getattr(self, key)!r}")
+        for key in ("mem_len", "reuse_len"):
+            if getattr(self, key) is None:
+                setattr(self, key, 0)
+            if int(getattr(self, key)) < 0:
+                raise ValueError(f"XLNetConfig.{key}: expected >= 0, got {getattr(self, key)!r}")
+        if self.clamp_len is None:
+            self.clamp_len = -1
+
+    # ------------------------------------------------------------------ presets
+    @classmethod
+    def base(cls, **overrides) -> "XLNetConfig":
+        return cls(n_layer=12, d_model=768, n_head=12, d_head=64, d_inner=3072, **overrides)
+
+    @classmethod
+    def large(cls, **overrides) -> "XLNetConfig":
+        return cls(n_layer=24, d_model=1024, n_head=16, d_head=64, d_inner=4096, **overrides)
+
+    @classmethod
+    def preset(cls, name: str, **overrides) -> "XLNetConfig":
+        presets = {"base": cls.base, "large": cls.large,
+                   "tiny": lambda **o: cls(n_layer=2, d_model=64, n_head=2, d_head=32, d_inner=128, **o),
+                   "small": lambda **o: cls(n_layer=4, d_model=256, n_head=4, d_head=64, d_inner=1024, **o)}
+        if name not in presets:
+            raise ValueError(f"unknown config preset {name!r}; expected one of {sorted(presets)} or a json path")
+        return presets[name](**overrides)
+
+    # ------------------------------------------------------------------ (de)serialisation
+    def to_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_original_dict(self) -> Dict[str, Any]:
+        """The original release's xlnet_config.json content."""
+        return {k: getattr(self, k) for k in SHAPE_KEYS}
+
+    def replace(self, **overrides) -> "XLNetConfig":
+        unknown = set(overrides) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise ValueError(f"unknown XLNetConfig field(s): {sorted(unknown)}")
+        return dataclasses.replace(self, **overrides)
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any], source: str = "<dict>", **overrides) -> "XLNetConfig":
+        """Builds a config from an original, HuggingFace or own dict; ``overrides`` win."""
+        d = dict(d)
+        if "vocab_size" in d and "n_token" not in d:  # HuggingFace layout
+            d["n_token"] = d.pop("vocab_size")
+        if "mem_len" in d and d["mem_len"] is None:
+            d["mem_len"] = 0
+        fields = {f.name for f in dataclasses.fields(cls)}
+        missing = [k for k in SHAPE_KEYS if k not in d and k not in overrides]
+        if missing:
+            raise ValueError(f"{source}: not an XLNet config, missing key(s) {missing} "
+                             f"(expected the keys of xlnet_config.json: {list(SHAPE_KEYS)})")
+        kwargs = {k: v for k, v in d.items() if k in fields}
+        kwargs.update(overrides)
+        try:
+            return cls(**kwargs)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{source}: {e}") from None
+
+    @classmethod
+    def from_json_file(cls, path: str, **overrides) -> "XLNetConfig":
+        try:
+            with open(path, "r", encoding="utf-8") as f:
+                d = json.load(f)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"config file not found: {path}") from None
+        except ValueError as e:
+            raise ValueError(f"{path}: not valid json ({e})") from None
+        if not isinstance(d, dict):
+            raise ValueError(f"{path}: expected a json object, got {type(d).__name__}")
+        return cls.from_dict(d, source=path, **overrides)
+
+    @classmethod
+    def load(cls, spec: str, **overrides) -> "XLNetConfig":
+        """A preset name (tiny/small/base/large), a json file, or a directory holding one."""
+        if os.path.isdir(spec):
+            for name in ("xlnet_tf_config.json", "xlnet_config.json", "config.json"):
+                if os.path.isfile(os.path.join(spec, name)):
+                    return cls.from_json_file(os.path.join(spec, name), **overrides)
+            raise FileNotFoundError(f"{spec}: no xlnet_tf_config.json, xlnet_config.json or config.json inside")
+        if os.path.isfile(spec) or spec.endswith(".json"):
+            return cls.from_json_file(spec, **overrides)
+        return cls.preset(spec, **overrides)
+
+    def to_json_file(self, path: str, original: bool = False) -> None:
+        tmp = f"{path}.tmp-{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(self.to_original_dict() if original else self.to_dict(), f, indent=2, sort_keys=True)
+            f.write("\n")
+        os.replace(tmp, path)
