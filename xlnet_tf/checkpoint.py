@@ -1,0 +1,426 @@
+"""Checkpoint I/O: the original TF1 release, HuggingFace XLNet weights, and our own format.
+
+One name map drives everything: every backbone weight has its ORIGINAL checkpoint name
+(``model/transformer/layer_3/rel_attn/q/kernel``; per-layer biases stacked into ``model/transformer/r_w_bias``
+[n_layer, n_head, d_head] as released). HuggingFace keys are translated to those names, and our own format IS
+an original-named TF checkpoint (``xlnet_model.ckpt``) next to ``xlnet_tf_config.json`` (all config fields) and
+``xlnet_config.json`` (the original's keys), so a model we save is also loadable by the original code and by
+HuggingFace's converter.
+
+Loading is strict: a missing backbone weight or a shape mismatch raises an error naming the variable, the
+expected and the found shape; no backbone weight is ever left at its random initial value.
+"""
+
+from __future__ import annotations
+
+import glob
+import io
+import json
+import os
+import pickle
+import shutil
+import struct
+import tempfile
+import zipfile
+from collections import OrderedDict
+from typing import Callable, Dict, List, Mapping, Optional, Tuple
+
+import numpy as np
+
+from xlnet_tf.config import XLNetConfig
+
+PREFIX = "model/transformer/"
+OWN_CONFIG = "xlnet_tf_config.json"
+CKPT_NAME = "xlnet_model.ckpt"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that does not fit the model: names the variable, the expected and the found shape."""
+
+
+# ---------------------------------------------------------------------------------------------- name map
+def backbone_name_map(model) -> "OrderedDict[str, object]":
+    """Original name -> variable, or a list of per-layer variables stacked along axis 0."""
+    c = model.config
+    m: "OrderedDict[str, object]" = OrderedDict()
+    m[PREFIX + "word_embedding/lookup_table"] = model.word_embedding
+    m[PREFIX + "mask_emb/mask_emb"] = model.mask_emb
+    for bias in ("r_w_bias", "r_r_bias", "r_s_bias"):
+        if c.untie_r:
+            m[PREFIX + bias] = [getattr(b, bias) for b in model.blocks]
+        else:
+            m[PREFIX + bias] = model.shared_biases[bias]
+    m[PREFIX + "seg_embed"] = [b.seg_embed for b in model.blocks]
+    for i, b in enumerate(model.blocks):
+        p = f"{PREFIX}layer_{i}/"
+        for w in ("q", "k", "v", "r", "o"):
+            m[f"{p}rel_attn/{w}/kernel"] = getattr(b, w)
+        m[p + "rel_attn/LayerNorm/gamma"] = b.attn_ln_gamma
+        m[p + "rel_attn/LayerNorm/beta"] = b.attn_ln_beta
+        m[p + "ff/layer_1/kernel"] = b.ff1_kernel
+        m[p + "ff/layer_1/bias"] = b.ff1_bias
+        m[p + "ff/layer_2/kernel"] = b.ff2_kernel
+        m[p + "ff/layer_2/bias"] = b.ff2_bias
+        m[p + "ff/LayerNorm/gamma"] = b.ff_ln_gamma
+        m[p + "ff/LayerNorm/beta"] = b.ff_ln_beta
+    m["model/lm_loss/bias"] = model.lm_bias
+    return m
+
+
+def _expected_shape(target) -> Tuple[int, ...]:
+    if isinstance(target, list):
+        return (len(target),) + tuple(target[0].shape)
+    return tuple(target.shape)
+
+
+def _value(target) -> np.ndarray:
+    if isinstance(target, list):
+        return np.stack([np.asarray(v.numpy()) for v in target])
+    return np.asarray(target.numpy())
+
+
+def _assign(target, value: np.ndarray) -> None:
+    if isinstance(target, list):
+        for v, x in zip(target, value):
+            v.assign(x.astype(v.dtype))
+    else:
+        target.assign(value.astype(target.dtype))
+
+
+def assign_from(name_map: Mapping[str, object], get: Callable[[str], Optional[np.ndarray]], source: str,
+                optional: Tuple[str, ...] = ()) -> List[str]:
+    """Assigns every variable of ``name_map`` from ``get(name)``; strict about presence and shapes.
+
+    ``optional`` names may be absent (they keep their initial value and are returned).
+    """
+    problems, missing_optional, staged = [], [], []
+    for name, target in name_map.items():
+        value = get(name)
+        expected = _expected_shape(target)
+        if value is None:
+            if name in optional:
+                missing_optional.append(name)
+            else:
+                problems.append(f"{name}: missing (expected shape {list(expected)})")
+            continue
+        value = np.asarray(value)
+        if tuple(value.shape) != expected:
+            problems.append(f"{name}: expected shape {list(expected)}, found {list(value.shape)}")
+            continue
+        staged.append((target, value))
+    if problems:
+        raise CheckpointError(f"{source}: checkpoint does not match the model config:\n  " + "\n  ".join(problems))
+    for target, value in staged:
+        _assign(target, value)
+    return missing_optional
+
+
+# ---------------------------------------------------------------------------------------------- TF checkpoints
+def write_tf_checkpoint(prefix: str, tensors: Mapping[str, np.ndarray]) -> None:
+    """Writes a name-keyed TF checkpoint (the TF1 Saver's V2 format) at ``prefix``."""
+    import tensorflow as tf
+
+    names = list(tensors)
+    with tf.device("CPU:0"):
+        tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names),
+                          tensors=[tf.constant(tensors[n]) for n in names])
+
+
+def find_tf_checkpoint(path: str) -> Optional[str]:
+    """A checkpoint prefix from a prefix, an .index file or a directory; None if there is none."""
+    import tensorflow as tf
+
+    if path.endswith(".index") and os.path.isfile(path):
+        return path[: -len(".index")]
+    if os.path.isfile(path + ".index"):
+        return path
+    if os.path.isdir(path):
+        latest = tf.train.latest_checkpoint(path)
+        if latest:
+            return latest
+        idx = sorted(glob.glob(os.path.join(path, "*.index")))
+        if len(idx) == 1:
+            return idx[0][: -len(".index")]
+        if len(idx) > 1:
+            named = [i for i in idx if os.path.basename(i) == CKPT_NAME + ".index"]
+            if named:
+                return named[0][: -len(".index")]
+            raise CheckpointError(f"{path}: several checkpoints inside ({[os.path.basename(i) for i in idx]}); "
+                                  f"pass the prefix of one")
+    return None
+
+
+class TFCheckpointReader:
+    """Reads tensors by name from a TF checkpoint; tolerates a leading scope (e.g. an Estimator's)."""
+
+    def __init__(self, prefix: str):
+        import tensorflow as tf
+
+        try:
+            self.reader = tf.train.load_checkpoint(prefix)
+        except Exception as e:  # noqa: BLE001 - TF raises several types here
+            raise CheckpointError(f"{prefix}: not a readable TF checkpoint ({e})") from None
+        self.prefix = prefix
+        self.shapes = self.reader.get_variable_to_shape_map()
+
+    def names(self) -> List[str]:
+        return sorted(self.shapes)
+
+    def get(self, name: str) -> Optional[np.ndarray]:
+        if name in self.shapes:
+            return self.reader.get_tensor(name)
+        return None
+
+
+# ---------------------------------------------------------------------------------------------- HuggingFace
+def _hf_key_map(config: XLNetConfig) -> Dict[str, Tuple[str, ...]]:
+    """Original name -> HF key(s) (a tuple of per-layer keys for the stacked biases) and transpose flags."""
+    m: Dict[str, Tuple[str, ...]] = {
+        PREFIX + "word_embedding/lookup_table": ("word_embedding.weight",),
+        PREFIX + "mask_emb/mask_emb": ("mask_emb",),
+        "model/lm_loss/bias": ("lm_loss.bias",),
+    }
+    L = config.n_layer
+    for bias in ("r_w_bias", "r_r_bias", "r_s_bias", "seg_embed"):
+        m[PREFIX + bias] = tuple(f"layer.{i}.rel_attn.{bias}" for i in range(L))
+    for i in range(L):
+        p, h = f"{PREFIX}layer_{i}/", f"layer.{i}."
+        for w in ("q", "k", "v", "r", "o"):
+            m[f"{p}rel_attn/{w}/kernel"] = (f"{h}rel_attn.{w}",)
+        m[p + "rel_attn/LayerNorm/gamma"] = (f"{h}rel_attn.layer_norm.weight",)
+        m[p + "rel_attn/LayerNorm/beta"] = (f"{h}rel_attn.layer_norm.bias",)
+        m[p + "ff/layer_1/kernel"] = (f"{h}ff.layer_1.weight",)  # torch Linear: [out, in]
+        m[p + "ff/layer_1/bias"] = (f"{h}ff.layer_1.bias",)
+        m[p + "ff/layer_2/kernel"] = (f"{h}ff.layer_2.weight",)
+        m[p + "ff/layer_2/bias"] = (f"{h}ff.layer_2.bias",)
+        m[p + "ff/LayerNorm/gamma"] = (f"{h}ff.layer_norm.weight",)
+        m[p + "ff/LayerNorm/beta"] = (f"{h}ff.layer_norm.bias",)
+    return m
+
+
+def read_safetensors(path: str) -> Dict[str, np.ndarray]:
+    """A minimal safetensors reader (no dependency): 8-byte header size, json header, raw little-endian data."""
+    dtypes = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64, "I32": np.int32,
+              "BF16": None}
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        (n,) = struct.unpack("<Q", data[:8])
+        header = json.loads(data[8:8 + n])
+    except Exception as e:  # noqa: BLE001
+        raise CheckpointError(f"{path}: not a safetensors file ({e})") from None
+    base = 8 + n
+    out = {}
+    for key, meta in header.items():
+        if key == "__metadata__":
+            continue
+        start, end = meta["data_offsets"]
+        raw = data[base + start: base + end]
+        if meta["dtype"] == "BF16":
+            arr = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        elif meta["dtype"] in dtypes:
+            arr = np.frombuffer(raw, dtype=np.dtype(dtypes[meta["dtype"]]).newbyteorder("<"))
+        else:
+            raise CheckpointError(f"{path}: tensor {key!r} has unsupported dtype {meta['dtype']}")
+        out[key] = arr.reshape(meta["shape"]).copy()
+    return out
+
+
+class _TorchUnpickler(pickle.Unpickler):
+    """Reads a torch.save zip (pytorch_model.bin) into numpy without importing torch."""
+
+    _STORAGE = {"FloatStorage": np.float32, "HalfStorage": np.float16, "DoubleStorage": np.float64,
+                "LongStorage": np.int64, "IntStorage": np.int32, "BFloat16Storage": "bf16",
+                "ByteStorage": np.uint8, "BoolStorage": np.bool_}
+
+    def __init__(self, fileobj, zf: zipfile.ZipFile, root: str):
+        super().__init__(fileobj)
+        self.zf, self.root = zf, root
+
+    def find_class(self, module, name):
+        if module == "torch._utils" and name == "_rebuild_tensor_v2":
+            return self._rebuild
+        if module == "torch" and name in self._STORAGE:
+            return self._STORAGE[name]
+        if module == "collections" and name == "OrderedDict":
+            return OrderedDict
+        if module == "torch._utils" and name == "_rebuild_parameter":
+            return lambda data, requires_grad, hooks: data
+        raise pickle.UnpicklingError(f"unsupported object in checkpoint: {module}.{name}")
+
+    def persistent_load(self, pid):
+        _, dtype, key, _location, _numel = pid
+        raw = self.zf.read(f"{self.root}/data/{key}")
+        if dtype == "bf16":
+            return (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        return np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<"))
+
+    @staticmethod
+    def _rebuild(storage, offset, size, stride, *args):
+        if not size:
+            return storage[offset].copy()
+        itemsize = storage.dtype.itemsize
+        return np.lib.stride_tricks.as_strided(storage[offset:], shape=tuple(size),
+                                               strides=tuple(s * itemsize for s in stride)).copy()
+
+
+def read_torch_bin(path: str) -> Dict[str, np.ndarray]:
+    if not zipfile.is_zipfile(path):
+        raise CheckpointError(f"{path}: not a torch zip checkpoint (legacy pickles are not supported; "
+                              f"re-save it with a recent torch or as safetensors)")
+    with zipfile.ZipFile(path) as zf:
+        pkl = [n for n in zf.namelist() if n.endswith("data.pkl")]
+        if not pkl:
+            raise CheckpointError(f"{path}: no data.pkl inside")
+        root = pkl[0][: -len("/data.pkl")]
+        return _TorchUnpickler(io.BytesIO(zf.read(pkl[0])), zf, root).load()
+
+
+def read_hf_weights(directory: str) -> Dict[str, np.ndarray]:
+    """All tensors of a HuggingFace directory (safetensors preferred; sharded indexes supported)."""
+    for index_name, reader in (("model.safetensors.index.json", read_safetensors),
+                               ("pytorch_model.bin.index.json", read_torch_bin)):
+        index = os.path.join(directory, index_name)
+        if os.path.isfile(index):
+            with open(index) as f:
+                files = sorted(set(json.load(f)["weight_map"].values()))
+            out = {}
+            for fn in files:
+                out.update(reader(os.path.join(directory, fn)))
+            return out
+    st = os.path.join(directory, "model.safetensors")
+    if os.path.isfile(st):
+        return read_safetensors(st)
+    pt = os.path.join(directory, "pytorch_model.bin")
+    if os.path.isfile(pt):
+        return read_torch_bin(pt)
+    raise CheckpointError(f"{directory}: no model.safetensors or pytorch_model.bin")
+
+
+class HFReader:
+    """Serves HF tensors under original names (prefix 'transformer.' optional; Linear kernels transposed)."""
+
+    def __init__(self, directory: str, config: XLNetConfig):
+        raw = read_hf_weights(directory)
+        self.tensors = {(k[len("transformer."):] if k.startswith("transformer.") else k): v for k, v in raw.items()}
+        self.keys = _hf_key_map(config)
+        self.directory = directory
+
+    def get(self, name: str) -> Optional[np.ndarray]:
+        keys = self.keys.get(name)
+        if keys is None or any(k not in self.tensors for k in keys):
+            return None
+        if len(keys) > 1 or name.endswith(("r_w_bias", "r_r_bias", "r_s_bias", "seg_embed")):
+            arr = np.stack([self.tensors[k] for k in keys])
+        else:
+            arr = self.tensors[keys[0]]
+        if "/ff/layer_" in name and name.endswith("/kernel"):
+            arr = arr.T
+        return arr
+
+
+def _untied_view(get, config: XLNetConfig):
+    """With ``untie_r=False`` the model has shared [n_head, d_head] biases; accept per-layer copies if equal."""
+    if config.untie_r:
+        return get
+
+    def wrapped(name):
+        val = get(name)
+        if val is not None and name.split("/")[-1] in ("r_w_bias", "r_r_bias", "r_s_bias") and val.ndim == 3:
+            if not all(np.array_equal(val[0], v) for v in val):
+                raise CheckpointError(f"{name}: the checkpoint has per-layer (untied) values but the config "
+                                      f"says untie_r=false")
+            return val[0]
+        return val
+
+    return wrapped
+
+
+# ---------------------------------------------------------------------------------------------- entry points
+def detect_format(path: str) -> str:
+    """'own' | 'original' | 'hf' for a path (directory or checkpoint prefix)."""
+    if os.path.isdir(path):
+        if os.path.isfile(os.path.join(path, OWN_CONFIG)):
+            return "own"
+        if any(os.path.isfile(os.path.join(path, n)) for n in
+               ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
+                "pytorch_model.bin.index.json")):
+            return "hf"
+        if find_tf_checkpoint(path):
+            return "original"
+        raise CheckpointError(f"{path}: no checkpoint found (expected {OWN_CONFIG}, an original TF checkpoint "
+                              f"with xlnet_config.json, or a HuggingFace model.safetensors/pytorch_model.bin)")
+    if find_tf_checkpoint(path):
+        return "original"
+    raise CheckpointError(f"{path}: not a checkpoint directory or prefix")
+
+
+def resolve_config(path: str, fmt: str, config: Optional[XLNetConfig], overrides: dict) -> XLNetConfig:
+    if config is not None:
+        return config.replace(**overrides) if overrides else config
+    base = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    names = {"own": (OWN_CONFIG,), "hf": ("config.json",), "original": ("xlnet_config.json", "config.json")}[fmt]
+    for n in names:
+        p = os.path.join(base, n)
+        if os.path.isfile(p):
+            return XLNetConfig.from_json_file(p, **overrides)
+    raise CheckpointError(f"{path}: no {' or '.join(names)} next to the checkpoint; pass config=XLNetConfig(...)")
+
+
+def reader_for(path: str, fmt: str, config: XLNetConfig):
+    """An object with get(original_name) -> ndarray|None for any supported format."""
+    if fmt == "hf":
+        return HFReader(path, config)
+    prefix = find_tf_checkpoint(path)
+    if prefix is None:
+        raise CheckpointError(f"{path}: no TF checkpoint found")
+    return TFCheckpointReader(prefix)
+
+
+def load_backbone_weights(model, path: str, fmt: Optional[str] = None) -> object:
+    """Fills every backbone weight of ``model`` from ``path``; returns the reader (heads may read more)."""
+    fmt = fmt or detect_format(path)
+    reader = reader_for(path, fmt, model.config)
+    # The LM bias only exists in pretraining checkpoints (and HF's LM-head model): optional.
+    assign_from(backbone_name_map(model), _untied_view(reader.get, model.config), source=path,
+                optional=("model/lm_loss/bias",))
+    return reader
+
+
+def load_pretrained(cls, path: str, config: Optional[XLNetConfig] = None, **overrides):
+    fmt = detect_format(path)
+    cfg = resolve_config(path, fmt, config, overrides)
+    model = cls(cfg)
+    load_backbone_weights(model, path, fmt)
+    return model
+
+
+def backbone_tensors(model) -> "OrderedDict[str, np.ndarray]":
+    return OrderedDict((name, _value(t)) for name, t in backbone_name_map(model).items())
+
+
+def save_pretrained(model, directory: str, extra: Optional[Mapping[str, np.ndarray]] = None) -> None:
+    """Writes our format atomically: a temp directory renamed over ``directory`` once complete."""
+    parent = os.path.dirname(os.path.abspath(directory)) or "."
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".tmp-", dir=parent)
+    try:
+        tensors = backbone_tensors(model)
+        if extra:
+            tensors.update(extra)
+        write_tf_checkpoint(os.path.join(tmp, CKPT_NAME), tensors)
+        model.config.to_json_file(os.path.join(tmp, OWN_CONFIG))
+        model.config.to_json_file(os.path.join(tmp, "xlnet_config.json"), original=True)
+        with open(os.path.join(tmp, "checkpoint"), "w") as f:
+            f.write(f'model_checkpoint_path: "{CKPT_NAME}"\n')
+        old = None
+        if os.path.exists(directory):
+            old = tempfile.mkdtemp(prefix=".old-", dir=parent)
+            os.rmdir(old)
+            os.replace(directory, old)
+        os.replace(tmp, directory)
+        if old:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if os.path.exists(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)

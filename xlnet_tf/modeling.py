@@ -1,0 +1,171 @@
+"""XLNetModel: the subclassed Keras backbone (content stream, optional query stream, memory, LM logits)."""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence
+
+import keras
+import tensorflow as tf
+
+from xlnet_tf.config import XLNetConfig
+from xlnet_tf.layers import XLNetBlock, dropout, relative_positional_encoding
+from xlnet_tf.masks import attention_masks, segment_diff
+
+
+class XLNetModel(keras.Model):
+    """XLNet backbone.
+
+    ``model(input_ids, segment_ids=None, padding_mask=None, mems=None, perm_mask=None, target_mapping=None,
+    training=False)`` returns a dict with ``sequence_output`` [b, q, d] (content stream), ``query_output``
+    [b, num_predict, d] when ``target_mapping`` is given, and ``new_mems`` (list of n_layer [b, mem_len, d])
+    when ``config.mem_len > 0``. Mask conventions: see ``xlnet_tf/masks.py``.
+    """
+
+    def __init__(self, config: XLNetConfig, seed: int = 0, name: str = "xlnet", **kwargs):
+        super().__init__(name=name, **kwargs)
+        if isinstance(config, dict):
+            config = XLNetConfig.from_dict(config)
+        self.config = config
+        c = config
+        init = keras.initializers.RandomNormal(stddev=c.initializer_range)
+        self.word_embedding = self.add_weight(name="lookup_table", shape=(c.n_token, c.d_model), initializer=init)
+        self.mask_emb = self.add_weight(name="mask_emb", shape=(1, 1, c.d_model),
+                                        initializer=keras.initializers.GlorotUniform())
+        self.lm_bias = self.add_weight(name="lm_bias", shape=(c.n_token,), initializer="zeros")
+        shared = None
+        if not c.untie_r:
+            shared = {n: self.add_weight(name=n, shape=(c.n_head, c.d_head), initializer=init)
+                      for n in ("r_w_bias", "r_r_bias", "r_s_bias")}
+        self.shared_biases = shared
+        self.blocks = [XLNetBlock(config, i, shared_biases=shared, dtype=self.dtype_policy)
+                       for i in range(c.n_layer)]
+        # Dropout seed state [seed, counter]: a weight so checkpoints (and resumed runs) carry it.
+        self.dropout_seed = self.add_weight(name="dropout_seed", shape=(2,), dtype="int64", trainable=False,
+                                            initializer=keras.initializers.Constant([int(seed), 0]),
+                                            aggregation="only_first_replica")
+        self.built = True
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def n_layer(self) -> int:
+        return self.config.n_layer
+
+    def get_config(self):
+        return {"config": self.config.to_dict(), "name": self.name}
+
+    @classmethod
+    def from_config(cls, cfg):
+        return cls(XLNetConfig.from_dict(cfg["config"]), name=cfg.get("name", "xlnet"))
+
+    def variable_depth(self, variable) -> int:
+        """0 = embeddings, l + 1 = block l, n_layer + 1 = LM bias (head-level); shared biases: top block."""
+        if not hasattr(self, "_depths"):
+            depths = {id(self.word_embedding): 0, id(self.mask_emb): 0, id(self.lm_bias): self.n_layer + 1}
+            for v in (self.shared_biases or {}).values():
+                depths[id(v)] = self.n_layer
+            for i, block in enumerate(self.blocks):
+                for v in block.weights:
+                    depths.setdefault(id(v), i + 1)
+            self._depths = depths
+        key = id(variable)
+        if key not in self._depths:
+            raise KeyError(f"variable {getattr(variable, 'path', variable)} is not part of this backbone")
+        return self._depths[key]
+
+    def _next_seed(self) -> tf.Tensor:
+        seed = tf.identity(self.dropout_seed.value)
+        self.dropout_seed.assign_add(tf.constant([0, 1], tf.int64))
+        return seed
+
+    def _cache_mem(self, curr, prev):
+        c = self.config
+        if c.reuse_len > 0:
+            curr = curr[:, :c.reuse_len]
+        new = curr if prev is None else tf.concat([tf.cast(prev, curr.dtype), curr], axis=1)
+        return tf.stop_gradient(new[:, -c.mem_len:])
+
+    # ------------------------------------------------------------------ forward
+    def call(self, input_ids, segment_ids=None, padding_mask=None, mems: Optional[Sequence] = None,
+             perm_mask=None, target_mapping=None, training=False) -> Dict[str, object]:
+        c = self.config
+        input_ids = tf.cast(input_ids, tf.int32)
+        shape = tf.shape(input_ids)
+        bsz, qlen = shape[0], shape[1]
+        if mems is not None and len(mems) == 0:
+            mems = None
+        if mems is not None and len(mems) != c.n_layer:
+            raise ValueError(f"mems: expected a list of {c.n_layer} tensors (one per layer), got {len(mems)}")
+        mlen = tf.shape(mems[0])[1] if mems is not None else 0
+        klen = mlen + qlen
+        training = bool(training)
+        seed = self._next_seed() if training and (c.dropout > 0 or c.dropatt > 0) else None
+        if c.bi_data:
+            tf.debugging.assert_equal(bsz % 2, 0, message="bi_data needs an even batch size")
+
+        query_blocked, content_blocked = attention_masks(qlen, mlen, bsz, padding_mask, perm_mask,
+                                                         c.attn_type, c.same_length)
+        ef_diff = segment_diff(segment_ids, mlen) if segment_ids is not None else None
+        dtype = self.compute_dtype
+        pos_emb = relative_positional_encoding(qlen, klen, c.d_model, c.attn_type, c.bi_data, c.clamp_len,
+                                               dtype=dtype)
+        pos_emb = dropout(pos_emb, c.dropout, seed, 3)
+
+        h = tf.gather(tf.cast(self.word_embedding, dtype), input_ids)
+        h = dropout(h, c.dropout, seed, 1)
+        g = None
+        if target_mapping is not None:
+            target_mapping = tf.cast(target_mapping, dtype)
+            num_predict = tf.shape(target_mapping)[1]
+            g = tf.tile(tf.cast(self.mask_emb, dtype), tf.stack([bsz, num_predict, 1]))
+            g = dropout(g, c.dropout, seed, 2)
+
+        new_mems: List[tf.Tensor] = []
+        for i, block in enumerate(self.blocks):
+            mem = mems[i] if mems is not None else None
+            if c.mem_len > 0:
+                new_mems.append(self._cache_mem(h, mem))
+            block_seed = None if seed is None else tf.random.experimental.stateless_fold_in(seed, 100 + i)
+            h, g = self._run_block(block, h, g, mem, pos_emb, ef_diff, content_blocked, query_blocked,
+                                   target_mapping, block_seed, training)
+
+        out = {"sequence_output": dropout(h, c.dropout, seed, 4)}
+        if g is not None:
+            out["query_output"] = dropout(g, c.dropout, seed, 5)
+        if c.mem_len > 0:
+            out["new_mems"] = new_mems
+        return out
+
+    def _run_block(self, block, h, g, mem, pos_emb, ef_diff, content_blocked, query_blocked, target_mapping,
+                   seed, training):
+        if not (self.config.recompute and training):
+            return block(h, g, mem, pos_emb, ef_diff, content_blocked, query_blocked, target_mapping, seed=seed)
+
+        # Recompute the block's activations in the backward pass; dropout is stateless, so the replay is exact.
+        def fwd_h(h_):
+            return block(h_, None, mem, pos_emb, ef_diff, content_blocked, query_blocked, None, seed=seed)[0]
+
+        def fwd_hg(h_, g_):
+            return block(h_, g_, mem, pos_emb, ef_diff, content_blocked, query_blocked, target_mapping, seed=seed)
+
+        if g is None:
+            return tf.recompute_grad(fwd_h)(h), None
+        return tuple(tf.recompute_grad(fwd_hg)(h, g))
+
+    def lm_logits(self, hidden) -> tf.Tensor:
+        """[..., d_model] -> [..., n_token] float32: tied to the word embedding plus the checkpoint's lm bias."""
+        hidden = tf.cast(hidden, self.compute_dtype)
+        logits = tf.einsum("...d,vd->...v", hidden, tf.cast(self.word_embedding, self.compute_dtype))
+        return tf.cast(logits, tf.float32) + tf.cast(self.lm_bias, tf.float32)
+
+    # ------------------------------------------------------------------ checkpoints
+    @classmethod
+    def from_pretrained(cls, path: str, config: Optional[XLNetConfig] = None, **overrides) -> "XLNetModel":
+        """Loads an original TF1 checkpoint, a HuggingFace directory or our own format (see checkpoint.py)."""
+        from xlnet_tf import checkpoint
+
+        return checkpoint.load_pretrained(cls, path, config=config, **overrides)
+
+    def save_pretrained(self, directory: str) -> None:
+        from xlnet_tf import checkpoint
+
+        checkpoint.save_pretrained(self, directory)
