@@ -270,3 +270,21 @@ def test_untied_biases_load(tmp_path):
     ids = np.random.default_rng(8).integers(10, V, (2, 6)).astype(np.int32)
     out_ref, _, _ = hf_run(ref, ids)
     assert maxdiff(m(ids)["sequence_output"], out_ref.last_hidden_state.numpy()) <= TOL
+
+
+def test_convert_cli(original_ckpt, tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "converted"
+    r = subprocess.run([sys.executable, "-m", "xlnet_tf.convert", f"--input={original_ckpt}/xlnet_model.ckpt",
+                        f"--config={original_ckpt}/xlnet_config.json", f"--output={out}"],
+                       capture_output=True, text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert r.returncode == 0, r.stderr
+    a, b = ours(original_ckpt), XLNetModel.from_pretrained(str(out), dropout=0.0, dropatt=0.0)
+    for x, y in zip(a.trainable_weights, b.trainable_weights):
+        np.testing.assert_array_equal(x.numpy(), y.numpy())
+    bad = subprocess.run([sys.executable, "-m", "xlnet_tf.convert", f"--input={tmp_path}/nothing",
+                          f"--output={tmp_path}/x"], capture_output=True, text=True,
+                         cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert bad.returncode == 2 and "nothing" in bad.stderr

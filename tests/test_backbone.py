@@ -1,0 +1,134 @@
+"""Backbone behaviour beyond HF parity: config I/O, dropout, mixed precision, recompute, depths."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from xlnet_tf import XLNetConfig, XLNetModel
+
+TINY = dict(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64, n_token=60)
+
+
+def test_config_reads_original_hf_and_own(tmp_path):
+    orig = {"n_layer": 24, "d_model": 1024, "n_head": 16, "d_head": 64, "d_inner": 4096,
+            "ff_activation": "gelu", "untie_r": True, "n_token": 32000}
+    (tmp_path / "xlnet_config.json").write_text(json.dumps(orig))
+    c = XLNetConfig.from_json_file(str(tmp_path / "xlnet_config.json"), mem_len=384)
+    assert (c.n_layer, c.d_model, c.mem_len, c.attn_type) == (24, 1024, 384, "bi")
+    assert c == XLNetConfig.large(mem_len=384)
+    hf = {"vocab_size": 32000, "d_model": 768, "n_layer": 12, "n_head": 12, "d_head": 64, "d_inner": 3072,
+          "ff_activation": "gelu_new", "untie_r": True, "attn_type": "bi", "mem_len": None, "bi_data": False,
+          "clamp_len": -1, "same_length": False, "dropout": 0.1, "summary_type": "last"}
+    (tmp_path / "config.json").write_text(json.dumps(hf))
+    c2 = XLNetConfig.from_json_file(str(tmp_path / "config.json"))
+    assert c2.n_token == 32000 and c2.ff_activation == "gelu" and c2.mem_len == 0
+    c.to_json_file(str(tmp_path / "own.json"))
+    assert XLNetConfig.from_json_file(str(tmp_path / "own.json")) == c
+    assert XLNetConfig.load("tiny").n_layer == 2
+
+
+@pytest.mark.parametrize("bad,msg", [({"n_layer": 0}, "n_layer"), ({"attn_type": "full"}, "attn_type"),
+                                     ({"ff_activation": "swish"}, "ff_activation"), ({"dropout": 1.5}, "dropout")])
+def test_config_errors_name_the_field(tmp_path, bad, msg):
+    d = {**TINY, "ff_activation": "gelu", "untie_r": True, **bad}
+    p = tmp_path / "c.json"
+    p.write_text(json.dumps(d))
+    with pytest.raises(ValueError, match=msg):
+        XLNetConfig.from_json_file(str(p))
+    p.write_text("{not json")
+    with pytest.raises(ValueError, match="c.json: not valid json"):
+        XLNetConfig.from_json_file(str(p))
+    p.write_text(json.dumps({"d_model": 8}))
+    with pytest.raises(ValueError, match=r"missing key\(s\)"):
+        XLNetConfig.from_json_file(str(p))
+
+
+def _inputs(b=2, q=7, seed=0):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(10, 60, (b, q)).astype(np.int32)
+    mask = np.ones((b, q), np.int32)
+    mask[0, :2] = 0
+    seg = np.zeros((b, q), np.int32)
+    seg[:, 4:] = 1
+    return ids, seg, mask
+
+
+def test_dropout_only_in_training():
+    m = XLNetModel(XLNetConfig(**TINY, dropout=0.3, dropatt=0.3))
+    ids, seg, mask = _inputs()
+    e1 = m(ids, segment_ids=seg, padding_mask=mask)["sequence_output"].numpy()
+    e2 = m(ids, segment_ids=seg, padding_mask=mask, training=False)["sequence_output"].numpy()
+    np.testing.assert_array_equal(e1, e2)
+    t1 = m(ids, segment_ids=seg, padding_mask=mask, training=True)["sequence_output"].numpy()
+    t2 = m(ids, segment_ids=seg, padding_mask=mask, training=True)["sequence_output"].numpy()
+    assert np.abs(t1 - e1).max() > 1e-3 and np.abs(t1 - t2).max() > 1e-3
+    # the seed state is a weight: restoring it replays the same masks
+    m.dropout_seed.assign([0, 1])
+    np.testing.assert_array_equal(m(ids, segment_ids=seg, padding_mask=mask, training=True)["sequence_output"], t2)
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision_masks_do_not_overflow(policy):
+    ids, seg, mask = _inputs()
+    ref = XLNetModel(XLNetConfig(**TINY, dropout=0.0, dropatt=0.0))
+    perm = np.triu(np.ones((7, 7), np.float32), 1)[None].repeat(2, 0)
+    tm = np.eye(7, dtype=np.float32)[None, 3:6].repeat(2, 0)
+    kw = dict(segment_ids=seg, padding_mask=mask, perm_mask=perm, target_mapping=tm)
+    want = ref(ids, **kw)
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        m = XLNetModel(XLNetConfig(**TINY, dropout=0.0, dropatt=0.0))
+        for a, b in zip(m.weights, ref.weights):
+            a.assign(b)
+        out = m(ids, **kw)
+        assert out["sequence_output"].dtype == tf.as_dtype(policy.split("_")[1])
+        for key in ("sequence_output", "query_output"):
+            got = tf.cast(out[key], tf.float32).numpy()
+            assert np.all(np.isfinite(got))
+            tol = 0.05 if policy == "mixed_float16" else 0.25
+            assert np.abs(got - want[key].numpy()).max() < tol
+        assert m.lm_logits(out["query_output"]).dtype == tf.float32
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+def test_recompute_same_loss_and_gradients():
+    ids, seg, mask = _inputs()
+    tm = np.eye(7, dtype=np.float32)[None, 2:5].repeat(2, 0)
+    perm = np.triu(np.ones((7, 7), np.float32))[None].repeat(2, 0)
+    results = []
+    for recompute in (False, True):
+        m = XLNetModel(XLNetConfig(**TINY, dropout=0.2, dropatt=0.2, recompute=recompute), seed=3)
+        if results:
+            for a, b in zip(m.weights, base_weights):
+                a.assign(b)
+        else:
+            base_weights = [w.numpy() for w in m.weights]
+        with tf.GradientTape() as tape:
+            out = m(ids, segment_ids=seg, padding_mask=mask, perm_mask=perm, target_mapping=tm, training=True)
+            loss = tf.reduce_mean(tf.square(out["sequence_output"])) + tf.reduce_mean(
+                m.lm_logits(out["query_output"]) ** 2)
+        grads = tape.gradient(loss, m.trainable_variables)
+        results.append((loss.numpy(), [g.numpy() if not isinstance(g, tf.IndexedSlices)
+                                       else tf.convert_to_tensor(g).numpy() for g in grads]))
+    (l0, g0), (l1, g1) = results
+    assert abs(l0 - l1) < 1e-6
+    assert all(g is not None for g in g1)
+    assert max(np.abs(a - b).max() for a, b in zip(g0, g1)) < 1e-5
+
+
+def test_variable_depths_cover_every_trainable_weight():
+    m = XLNetModel(XLNetConfig(**TINY))
+    depths = [m.variable_depth(v) for v in m.trainable_variables]
+    assert min(depths) == 0 and max(depths) == TINY["n_layer"] + 1
+    assert depths.count(0) == 2  # word embedding, mask_emb
+    assert {m.variable_depth(v) for v in m.blocks[1].trainable_variables} == {2}
+
+
+def test_bi_data_requires_even_batch():
+    m = XLNetModel(XLNetConfig(**TINY, bi_data=True))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="even batch"):
+        m(np.ones((3, 4), np.int32))
