@@ -55,38 +55,35 @@ class Progress:
             sys.stderr.flush()
 
 
-def _to_feature(value, dtype: str):
-    import tensorflow as tf
-
-    if dtype == "int64":
-        arr = np.asarray(value, dtype=np.int64).reshape(-1)
-        return tf.train.Feature(int64_list=tf.train.Int64List(value=arr))
-    if dtype == "float32":
-        arr = np.asarray(value, dtype=np.float32).reshape(-1)
-        return tf.train.Feature(float_list=tf.train.FloatList(value=arr))
-    if dtype == "string":
-        vals = value if isinstance(value, (list, tuple)) else [value]
-        vals = [v.encode("utf-8") if isinstance(v, str) else v for v in vals]
-        return tf.train.Feature(bytes_list=tf.train.BytesList(value=vals))
-    raise ValueError(f"unknown feature dtype {dtype!r}")
-
-
 def serialize(record: Mapping[str, object], spec: FeatureSpec) -> bytes:
-    """One feature dict -> serialized tf.train.Example; checks every field against the spec."""
-    import tensorflow as tf
+    """One feature dict -> serialized tf.train.Example; checks every field against the spec.
 
-    feats = {}
+    Fills the protobuf directly (``extend`` on the repeated fields), several times faster than building
+    ``tf.train.Feature`` objects one by one.
+    """
+    from tensorflow.core.example import example_pb2
+
+    ex = example_pb2.Example()
+    fmap = ex.features.feature
     for name, (dtype, shape) in spec.items():
         if name not in record:
             raise KeyError(f"feature {name!r} missing from record (have {sorted(record)})")
         value = record[name]
-        if dtype != "string":
-            n = int(np.prod(shape)) if shape else 1
-            size = np.size(value)
-            if size != n:
-                raise ValueError(f"feature {name!r}: expected {n} values (shape {shape}), got {size}")
-        feats[name] = _to_feature(value, dtype)
-    return tf.train.Example(features=tf.train.Features(feature=feats)).SerializeToString()
+        if dtype == "string":
+            vals = value if isinstance(value, (list, tuple)) else [value]
+            fmap[name].bytes_list.value.extend(v.encode("utf-8") if isinstance(v, str) else v for v in vals)
+            continue
+        n = int(np.prod(shape)) if shape else 1
+        arr = np.asarray(value).reshape(-1)
+        if arr.size != n:
+            raise ValueError(f"feature {name!r}: expected {n} values (shape {shape}), got {arr.size}")
+        if dtype == "int64":
+            fmap[name].int64_list.value.extend(arr.astype(np.int64).tolist())
+        elif dtype == "float32":
+            fmap[name].float_list.value.extend(arr.astype(np.float32).tolist())
+        else:
+            raise ValueError(f"unknown feature dtype {dtype!r}")
+    return ex.SerializeToString()
 
 
 def manifest_path(path: str) -> str:

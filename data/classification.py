@@ -1,0 +1,211 @@
+"""Classification / regression features, exactly the original XLNet classifier layout.
+
+``A <sep> B <sep> <cls>`` (single sentence: ``A <sep> <cls>``); segment ids A+SEP 0, B+SEP 1, CLS 2. The pair
+is truncated by dropping the last token of the longer side (B on ties) until it fits ``max_len - 3``; a single
+text keeps its first ``max_len - 2`` tokens. LEFT-padded to ``max_seq_length`` with id 0 (as the original),
+segment id 4, ``padding_mask`` 0 (our convention: 1 = real token). As the original, an empty B after
+tokenisation gives the single-sentence layout.
+
+Features: ``input_ids``, ``segment_ids``, ``padding_mask`` [L] int; ``label`` int64 (float32 for regression);
+``is_real_example`` (0 on the padding examples added by ``pad_to_multiple``).
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import re
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
+
+import numpy as np
+
+from data.tfrecord_io import FeatureSpec, cached_tfrecords, is_valid_cache, read_manifest
+from data import tfrecord_io
+from xlnet_tf.tokenizer import SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD
+
+LAYOUT = "xlnet-classification-v1"  # bump when the feature layout changes: invalidates cached TFRecords
+PAD_ID = 0  # the original classifier pads input ids with 0
+_DIGIT_COMMA = re.compile(r"[0-9],")
+
+
+def feature_spec(max_seq_length: int, regression: bool = False) -> FeatureSpec:
+    return {
+        "input_ids": ("int64", (max_seq_length,)),
+        "segment_ids": ("int64", (max_seq_length,)),
+        "padding_mask": ("int64", (max_seq_length,)),
+        "label": ("float32" if regression else "int64", ()),
+        "is_real_example": ("int64", ()),
+    }
+
+
+def truncate_pair(ids_a: List[int], ids_b: List[int], max_length: int) -> None:
+    """In place: drops the last token of the longer list (``ids_b`` on ties) until the total fits."""
+    while len(ids_a) + len(ids_b) > max_length:
+        (ids_a if len(ids_a) > len(ids_b) else ids_b).pop()
+
+
+def build_features(ids_a: Sequence[int], ids_b: Optional[Sequence[int]], max_seq_length: int, sep_id: int,
+                   cls_id: int) -> Dict[str, List[int]]:
+    """Token ids of A (and B) -> ``input_ids``, ``segment_ids``, ``padding_mask`` (truncated, left-padded)."""
+    ids_a = list(ids_a)
+    ids_b = list(ids_b) if ids_b else None
+    if max_seq_length < (3 if ids_b else 2):
+        raise ValueError(f"max_seq_length={max_seq_length} leaves no room for the special tokens")
+    if ids_b:
+        truncate_pair(ids_a, ids_b, max_seq_length - 3)
+    else:
+        ids_a = ids_a[: max_seq_length - 2]
+    ids = ids_a + [sep_id]
+    seg = [SEG_ID_A] * len(ids)
+    if ids_b:
+        ids += ids_b + [sep_id]
+        seg += [SEG_ID_B] * (len(ids_b) + 1)
+    ids.append(cls_id)
+    seg.append(SEG_ID_CLS)
+    pad = max_seq_length - len(ids)
+    return {"input_ids": [PAD_ID] * pad + ids, "segment_ids": [SEG_ID_PAD] * pad + seg,
+            "padding_mask": [0] * pad + [1] * len(ids)}
+
+
+def encode_many(tokenizer, texts: Sequence[str], num_threads: int = 2) -> List[List[int]]:
+    """``[tokenizer.encode(t) for t in texts]``, faster: one batched SentencePiece call.
+
+    The digit-comma rule can only fire on a piece ending in ``<digit>,``; texts that might produce one (non
+    printable-ASCII text, or ``[0-9],``) go through ``tokenizer.encode``'s path, so the ids are identical.
+    """
+    if not all(hasattr(tokenizer, a) for a in ("sp", "preprocess", "tokenize_preprocessed")):
+        return [tokenizer.encode(t) for t in texts]
+    pre = [tokenizer.preprocess(t) for t in texts]
+    ids = tokenizer.sp.Encode(pre, num_threads=num_threads) if pre else []
+    for i, t in enumerate(pre):
+        if not (t.isascii() and t.isprintable()) or _DIGIT_COMMA.search(t):
+            ids[i] = tokenizer.convert_tokens_to_ids(tokenizer.tokenize_preprocessed(t))
+    return [list(x) for x in ids]
+
+
+def encode_texts(tokenizer, text_a: Union[str, Sequence[str]], text_b: Union[str, Sequence[str], None] = None,
+                 max_seq_length: int = 128) -> Dict[str, np.ndarray]:
+    """Raw strings -> the features of the training data (int32 arrays, [L] for a str, [n, L] for a list)."""
+    single = isinstance(text_a, str)
+    a_list = [text_a] if single else list(text_a)
+    b_list = [text_b] if single or text_b is None else list(text_b)
+    if text_b is None:
+        b_list = [None] * len(a_list)
+    if len(b_list) != len(a_list):
+        raise ValueError(f"{len(a_list)} text_a but {len(b_list)} text_b")
+    ids_a = encode_many(tokenizer, a_list)
+    ids_b = encode_many(tokenizer, [b or "" for b in b_list])
+    feats = [build_features(a, b, max_seq_length, tokenizer.sep_id, tokenizer.cls_id) for a, b in zip(ids_a, ids_b)]
+    out = {k: np.asarray([f[k] for f in feats], dtype=np.int32) for k in feats[0]} if feats else {}
+    return {k: v[0] for k, v in out.items()} if single else out
+
+
+def iter_features(examples: Iterable, tokenizer, task, max_seq_length: int, chunk: int = 4096,
+                  pad_to_multiple: Optional[int] = None) -> Iterator[Dict[str, object]]:
+    """Examples -> feature dicts, tokenised ``chunk`` examples at a time."""
+    examples = iter(examples)
+    n = 0
+    while True:
+        block = [ex for _, ex in zip(range(chunk), examples)]
+        if not block:
+            break
+        ids_a = encode_many(tokenizer, [ex.text_a for ex in block])
+        ids_b = encode_many(tokenizer, [ex.text_b or "" for ex in block])
+        for ex, a, b in zip(block, ids_a, ids_b):
+            feat = build_features(a, b, max_seq_length, tokenizer.sep_id, tokenizer.cls_id)
+            feat["label"] = task.label_id(ex.label)
+            feat["is_real_example"] = 1
+            n += 1
+            yield feat
+    if pad_to_multiple:
+        while n % pad_to_multiple:
+            feat = build_features([], None, max_seq_length, tokenizer.sep_id, tokenizer.cls_id)
+            feat["label"] = 0.0 if task.regression else 0
+            feat["is_real_example"] = 0
+            n += 1
+            yield feat
+
+
+def _examples_digest(examples: Sequence) -> str:
+    h = hashlib.sha1()
+    for ex in examples:
+        h.update(f"{ex.guid}\x00{ex.text_a}\x00{ex.text_b}\x00{ex.label}\x01".encode("utf-8"))
+    return h.hexdigest()
+
+
+def features_meta(task, tokenizer, max_seq_length: int, sources: Union[List[dict], str],
+                  pad_to_multiple: Optional[int] = None) -> dict:
+    """What a cached TFRecord file must match: layout, task, tokenizer, max_seq_length, source files."""
+    sp_file = getattr(tokenizer, "spiece_model_file", None)
+    tok = {"class": type(tokenizer).__name__}
+    if sp_file:
+        tok.update(path=os.path.abspath(sp_file), size=os.path.getsize(sp_file))
+    for opt in ("lower", "remove_space", "keep_accents"):
+        if hasattr(tokenizer, opt):
+            tok[opt] = getattr(tokenizer, opt)
+    return {"layout": LAYOUT, "task": task.describe(), "tokenizer": tok, "max_seq_length": max_seq_length,
+            "sources": sources, "pad_to_multiple": pad_to_multiple}
+
+
+def write_features(examples: Union[Sequence, Callable[[], Sequence]], tokenizer, task, max_seq_length: int,
+                   path: str, source_files: Optional[Sequence[str]] = None, pad_to_multiple: Optional[int] = None,
+                   progress: bool = True) -> int:
+    """Writes the features of ``examples`` to ``path`` (atomic, with manifest); reuses a matching cache.
+
+    ``examples``: a list, or a callable returning it (then it is only called when the cache is stale).
+    ``source_files``: the files the examples come from; the cache is keyed on their path/size/mtime. Without
+    them it is keyed on a digest of the examples (which then must be a list). Returns the record count.
+    """
+    from tasks.classification import source_identity
+
+    if source_files is not None:
+        sources: Union[List[dict], str] = source_identity(source_files)
+    elif callable(examples):
+        raise ValueError("pass source_files= when examples is a callable (the cache needs an identity)")
+    else:
+        sources = "sha1:" + _examples_digest(examples)
+    meta = features_meta(task, tokenizer, max_seq_length, sources, pad_to_multiple)
+    if is_valid_cache(path, meta):
+        return int(read_manifest(path)["count"])
+    exs = examples() if callable(examples) else examples
+    total = len(exs) + ((-len(exs)) % pad_to_multiple if pad_to_multiple else 0)
+    return cached_tfrecords(path, lambda: iter_features(exs, tokenizer, task, max_seq_length,
+                                                        pad_to_multiple=pad_to_multiple),
+                            feature_spec(max_seq_length, task.regression), meta=meta, total=total,
+                            desc=f"{task.name} features", progress=progress)
+
+
+def task_features(task, data_dir: str, split: str, tokenizer, max_seq_length: int, out_dir: str,
+                  pad_to_multiple: Optional[int] = None, progress: bool = True):
+    """Reads ``split`` of ``task`` (only when no valid cache exists) and writes its TFRecords.
+
+    Returns (path, record count); the file is ``out_dir/<task>-<split>-<max_seq_length>.tfrecord``.
+    """
+    path = os.path.join(out_dir, f"{task.name}-{split}-{max_seq_length}.tfrecord")
+    if hasattr(task, "discover_labels"):  # labels read from train go into the cache identity
+        task.discover_labels(data_dir)
+    n = write_features(lambda: task.get_examples(data_dir, split), tokenizer, task, max_seq_length, path,
+                       source_files=task.source_files(data_dir, split), pad_to_multiple=pad_to_multiple,
+                       progress=progress)
+    return path, n
+
+
+def make_dataset(paths: Union[str, Sequence[str]], batch_size: int, is_training: bool,
+                 max_seq_length: Optional[int] = None, regression: Optional[bool] = None, **kwargs):
+    """TFRecords written by :func:`write_features` -> tf.data of dict batches (int32 ints).
+
+    The feature spec comes from the first file's manifest, or from ``max_seq_length``/``regression``.
+    ``kwargs`` go to ``data.tfrecord_io.make_dataset`` (seed, drop_remainder, repeat, input_context, ...).
+    """
+    if isinstance(paths, str):
+        paths = sorted(glob.glob(paths)) or [paths]
+    first = paths[0]
+    manifest = read_manifest(first) if os.path.isfile(first) else None
+    if manifest:
+        spec = {k: (d, tuple(s)) for k, (d, s) in manifest["spec"].items()}
+    elif max_seq_length is not None:
+        spec = feature_spec(max_seq_length, bool(regression))
+    else:
+        raise ValueError(f"{first}: no manifest; pass max_seq_length= (and regression=)")
+    return tfrecord_io.make_dataset(paths, spec, batch_size, is_training, **kwargs)

@@ -1,0 +1,162 @@
+"""Flags shared by the run_*.py entry points, turned into plain objects (the library below reads no flags).
+
+Each entry point calls ``define_common_flags()`` before ``app.run`` and ``finetune_setup(FLAGS)`` after.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from typing import Callable, Dict, Optional
+
+from absl import flags
+
+FLAGS = flags.FLAGS
+
+
+def define_common_flags(default_seq_len: int = 128, default_lr: float = 2e-5) -> None:
+    # --- model and checkpoints
+    flags.DEFINE_string("model_config_path", None, "XLNetConfig json (original, HF or ours) or a preset name "
+                        "(tiny/small/base/large). Default: the config next to --init_checkpoint.")
+    flags.DEFINE_string("init_checkpoint", None, "Original TF1 checkpoint (dir or prefix), HuggingFace dir or our "
+                        "own format. Random initialisation when absent.")
+    flags.DEFINE_string("spiece_model_file", None, "SentencePiece model.")
+    flags.DEFINE_bool("uncased", False, "Lower-case the input (uncased models).")
+    flags.DEFINE_string("output_dir", None, "Where results, predictions and cached TFRecords go.")
+    flags.DEFINE_string("model_dir", None, "Training checkpoints and TensorBoard (default OUTPUT_DIR/model).")
+    flags.DEFINE_string("cache_dir", None, "TFRecord cache (default OUTPUT_DIR/data).")
+    flags.DEFINE_string("export_dir", None, "Write a SavedModel serving raw text here.")
+    flags.DEFINE_float("dropout", 0.1, "Dropout rate.")
+    flags.DEFINE_float("dropatt", 0.1, "Attention dropout rate.")
+    flags.DEFINE_integer("clamp_len", -1, "Clamp relative distances (<= 0: no clamping).")
+    flags.DEFINE_string("summary_type", "last", "Sequence summary: last|first|mean|attn.")
+    # --- data
+    flags.DEFINE_integer("max_seq_length", default_seq_len, "Maximum sequence length in pieces.")
+    flags.DEFINE_bool("overwrite_data", False, "Rebuild cached TFRecords even when valid.")
+    # --- training
+    flags.DEFINE_bool("do_train", False, "Train.")
+    flags.DEFINE_bool("do_eval", False, "Evaluate on the dev split.")
+    flags.DEFINE_bool("do_predict", False, "Predict the test split.")
+    flags.DEFINE_integer("train_batch_size", 32, "Global training batch size (per update; see grad_accum_steps).")
+    flags.DEFINE_integer("eval_batch_size", 32, "Evaluation batch size.")
+    flags.DEFINE_integer("predict_batch_size", None, "Prediction batch size (default: eval_batch_size).")
+    flags.DEFINE_float("learning_rate", default_lr, "Peak learning rate.")
+    flags.DEFINE_integer("train_steps", 1000, "Optimizer updates.")
+    flags.DEFINE_integer("warmup_steps", 0, "Linear warmup steps.")
+    flags.DEFINE_float("min_lr_ratio", 0.0, "Final LR as a fraction of the peak.")
+    flags.DEFINE_float("weight_decay", 0.0, "Decoupled weight decay (LayerNorm and biases excluded).")
+    flags.DEFINE_float("adam_epsilon", 1e-6, "Adam epsilon.")
+    flags.DEFINE_float("clip", 1.0, "Global-norm gradient clipping (<= 0: none).")
+    flags.DEFINE_float("lr_layer_decay_rate", 1.0, "Layer-wise LR decay: block l trains at rate^(n_layer-1-l).")
+    flags.DEFINE_enum("layer_decay_mode", "lr", ["lr", "grad"], "lr: true per-layer learning rates; "
+                      "grad: the original (scales gradients).")
+    flags.DEFINE_integer("grad_accum_steps", 1, "Micro-batches per update (same update as a k-times batch).")
+    flags.DEFINE_enum("precision", "float32", ["float32", "mixed_float16", "mixed_bfloat16"], "Compute precision.")
+    flags.DEFINE_bool("recompute", False, "Recompute each block's activations in the backward pass.")
+    flags.DEFINE_integer("num_trainable_layers", -1, "Train only the top N blocks and the head (-1: all).")
+    flags.DEFINE_list("head_hidden_sizes", [], "Hidden sizes of a deeper head MLP (empty: the original head).")
+    flags.DEFINE_integer("save_steps", 1000, "Checkpoint every N steps (0: only at the end).")
+    flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints kept.")
+    flags.DEFINE_integer("iterations", 50, "Log every N steps.")
+    flags.DEFINE_integer("seed", 42, "Random seed.")
+    flags.DEFINE_enum("jit", "auto", ["auto", "true", "false"], "XLA (auto: on for a single device).")
+    flags.DEFINE_bool("eval_all_ckpt", False, "Evaluate every checkpoint in model_dir and keep the best.")
+    # --- distribution
+    flags.DEFINE_enum("strategy", "default", ["default", "mirrored", "multi_worker", "tpu"], "tf.distribute.")
+    flags.DEFINE_string("tpu", None, "TPU name or address (with --strategy=tpu).")
+    flags.DEFINE_integer("num_cpu_devices", None, "Split the CPU into N logical devices (testing mirrored).")
+    flags.DEFINE_bool("progress", True, "Show progress bars.")
+
+
+def setup_logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+
+
+def output_paths(F) -> Dict[str, str]:
+    if not F.output_dir:
+        raise ValueError("--output_dir is required")
+    paths = {"output_dir": F.output_dir, "model_dir": F.model_dir or os.path.join(F.output_dir, "model"),
+             "cache_dir": F.cache_dir or os.path.join(F.output_dir, "data")}
+    for p in paths.values():
+        os.makedirs(p, exist_ok=True)
+    return paths
+
+
+def model_config(F, **overrides):
+    """XLNetConfig from --model_config_path (or the checkpoint's), with the run options of the flags."""
+    from xlnet_tf import XLNetConfig
+    from xlnet_tf import checkpoint
+
+    run = dict(dropout=F.dropout, dropatt=F.dropatt, clamp_len=F.clamp_len, recompute=F.recompute)
+    run.update(overrides)
+    if F.model_config_path:
+        return XLNetConfig.load(F.model_config_path, **run)
+    if F.init_checkpoint:
+        fmt = checkpoint.detect_format(F.init_checkpoint)
+        return checkpoint.resolve_config(F.init_checkpoint, fmt, None, run)
+    raise ValueError("pass --model_config_path (a json or a preset name) or --init_checkpoint")
+
+
+def train_config(F, model_dir: str):
+    from xlnet_tf.training import TrainConfig
+
+    return TrainConfig(
+        learning_rate=F.learning_rate, train_steps=F.train_steps, warmup_steps=F.warmup_steps,
+        min_lr_ratio=F.min_lr_ratio, weight_decay=F.weight_decay, adam_epsilon=F.adam_epsilon,
+        clip_norm=F.clip if F.clip > 0 else None, lr_layer_decay_rate=F.lr_layer_decay_rate,
+        layer_decay_mode=F.layer_decay_mode, grad_accum_steps=F.grad_accum_steps, precision=F.precision,
+        num_trainable_layers=None if F.num_trainable_layers < 0 else F.num_trainable_layers,
+        jit_compile={"auto": None, "true": True, "false": False}[F.jit], model_dir=model_dir,
+        save_steps=F.save_steps, keep_checkpoint_max=F.keep_checkpoint_max, log_steps=F.iterations,
+        seed=F.seed, progress=F.progress)
+
+
+def strategy(F):
+    from xlnet_tf.distribute import get_strategy
+
+    return get_strategy(F.strategy, tpu=F.tpu, num_cpu_devices=F.num_cpu_devices)
+
+
+def tokenizer(F):
+    from xlnet_tf import XLNetTokenizer
+
+    if not F.spiece_model_file:
+        raise ValueError("--spiece_model_file is required")
+    return XLNetTokenizer(F.spiece_model_file, lower=F.uncased)
+
+
+def head_hidden_sizes(F):
+    try:
+        return tuple(int(x) for x in F.head_hidden_sizes if str(x).strip())
+    except ValueError:
+        raise ValueError(f"--head_hidden_sizes: expected integers, got {F.head_hidden_sizes}") from None
+
+
+def write_json(path: str, obj) -> None:
+    """Atomic json write (a previous file is replaced only by a complete one)."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, sort_keys=True, ensure_ascii=False)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def main_wrapper(main: Callable) -> Callable:
+    """Runs ``main``; data/config/checkpoint errors exit with a one-line message instead of a traceback."""
+
+    def wrapped(argv):
+        setup_logging()
+        from tasks.errors import DataError
+        from xlnet_tf.checkpoint import CheckpointError
+
+        try:
+            return main(argv)
+        except (DataError, CheckpointError, ValueError, FileNotFoundError) as e:
+            logging.getLogger("run").error("%s", e)
+            print(f"error: {e}", file=sys.stderr)
+            sys.exit(2)
+
+    return wrapped
