@@ -31,6 +31,23 @@ def dummy_features(feature_spec: Dict) -> Dict[str, np.ndarray]:
     return out
 
 
+def write_history(path: str, history) -> None:
+    """Writes [[step, loss], ...]; entries of an interrupted earlier run before this run's first step are kept."""
+    import json
+
+    old = []
+    if history and os.path.isfile(path):
+        try:
+            with open(path) as f:
+                old = [h for h in json.load(f) if h[0] < history[0][0]]
+        except (OSError, ValueError):
+            old = []
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(old + [[int(s), float(l)] for s, l in history], f)
+    os.replace(tmp, path)
+
+
 def checkpoint_step(path: str) -> int:
     try:
         return int(tf.train.load_variable(path, "step/.ATTRIBUTES/VARIABLE_VALUE"))
@@ -69,6 +86,8 @@ class FineTuner:
             log.info("resumed from %s", trainer.restored_from)
         result = trainer.train()
         self.model, self.step = result.model, int(trainer.step.numpy())
+        if train_config.model_dir and trainer.is_chief:
+            write_history(os.path.join(train_config.model_dir, "train_history.json"), result.history)
         return result
 
     def restore(self, path: str) -> TaskModel:

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Set-up + run in one command, on a fresh machine (Python 3.11 and pip are all it needs).
+#   ./dev.sh demo [args]   the main job end to end on the embedded default (examples/quickstart.py)
+#   ./dev.sh test [args]   the test suite (pytest), with the test-only reference stack installed
+set -euo pipefail
+cd "$(dirname "$0")"
+PY=${PYTHON:-python3}
+
+setup() {  # $1: requirements file
+  if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fi
+  .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
+  .venv/bin/python -m pip install -q --disable-pip-version-check -r "$1"
+}
+
+cmd=${1:-}
+[ $# -gt 0 ] && shift
+case "$cmd" in
+  demo) setup requirements.txt; exec .venv/bin/python examples/quickstart.py "$@" ;;
+  test) setup requirements-test.txt; exec .venv/bin/python -m pytest -q "$@" ;;
+  *) echo "usage: ./dev.sh demo|test [args]" >&2; exit 2 ;;
+esac
