@@ -38,6 +38,8 @@ class ClassificationHead(Head):
             self.mlp.append(keras.layers.Dense(size, activation="tanh", kernel_initializer=init,
                                                name=f"hidden_{i}", dtype=self.dtype_policy))
             self.mlp.append(keras.layers.Dropout(dropout, dtype=self.dtype_policy))
+        for i, layer in enumerate(self.mlp):  # tf.train.Checkpoint does not see layers inside Keras lists
+            setattr(self, f"mlp_{i}", layer)
         self.logit = keras.layers.Dense(self.num_labels, kernel_initializer=init, name="logit",
                                         dtype=self.dtype_policy)
         self._config = dict(d_model=d_model, num_labels=num_labels, regression=regression, task_name=task_name,

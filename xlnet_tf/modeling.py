@@ -39,6 +39,9 @@ class XLNetModel(keras.Model):
         self.shared_biases = shared
         self.blocks = [XLNetBlock(config, i, shared_biases=shared, dtype=self.dtype_policy)
                        for i in range(c.n_layer)]
+        # tf.train.Checkpoint does not see layers inside Keras-tracked lists: name each block too.
+        for i, block in enumerate(self.blocks):
+            setattr(self, f"layer_{i}", block)
         # Dropout seed state [seed, counter]: a weight so checkpoints (and resumed runs) carry it.
         self.dropout_seed = self.add_weight(name="dropout_seed", shape=(2,), dtype="int64", trainable=False,
                                             initializer=keras.initializers.Constant([int(seed), 0]),
