@@ -44,8 +44,7 @@ def _get(obj: Any, key: str, kind, src: str, where: str):
         raise DataError(src, None, "missing field", field=f"{where}.{key}" if where else key)
     value = obj[key]
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        name = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
-        raise DataError(src, None, f"expected {name}, got {type(value).__name__}",
+        raise DataError(src, None, f"expected {kind.__name__}, got {type(value).__name__}",
                         field=f"{where}.{key}" if where else key)
     return value
 
