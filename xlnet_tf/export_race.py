@@ -1,0 +1,128 @@
+"""SavedModel export of a RACE (multiple-choice) model: raw article, question and 4 options in, answer out.
+
+Signatures:
+* ``serving_default(article: string [batch], question: string [batch], options: string [batch, 4])``
+  -> ``choice`` int32 [batch] (0-3 = A-D), ``probabilities`` float32 [batch, 4].
+* ``serve_ids(input_ids, segment_ids, padding_mask: int32 [batch, 4, max_seq_length])`` -> the same outputs.
+
+The in-graph layout is exactly ``data/race.py``'s ``encode_race`` (tests compare them on real dev questions):
+``qa = question.replace("_", option)`` if ``"_"`` is in the question (every blank filled) else
+``question + " " + option``; qa keeps its LAST ``max_qa_length`` pieces, the article its FIRST
+``max_seq_length - 3 - len(qa)``; ``article <sep> qa <sep> <cls>`` LEFT-padded with id 0, segments 0 / 1 / 2,
+padding segment 4. Load in a fresh process with ``import tensorflow_text`` (registers the SentencePiece ops).
+"""
+
+from __future__ import annotations
+
+from typing import Dict
+
+import tensorflow as tf
+
+from xlnet_tf.export import SEG_PAD_CLASSIFIER, constant_rows, keep_first, keep_last, pad_rows, save_atomically
+
+NUM_CHOICES = 4
+
+
+def fill_blanks(question: tf.Tensor, option: tf.Tensor) -> tf.Tensor:
+    """Element-wise ``q.replace("_", o) if "_" in q else q + " " + o`` on equal-shape string tensors.
+
+    "_" is one byte that never occurs inside a multi-byte UTF-8 character, so splitting the bytes on it is the
+    same as splitting the text (``tf.strings.split`` with an explicit ``sep`` keeps empty parts, as
+    ``str.split``). Neither string is ever interpreted as a pattern or a rewrite template.
+    """
+    question = tf.convert_to_tensor(question, tf.string)
+    option = tf.convert_to_tensor(option, tf.string)
+    shape = tf.shape(question)
+    q, o = tf.reshape(question, [-1]), tf.reshape(option, [-1])
+    parts = tf.strings.split(q, sep="_")                        # ragged [n, (parts)]
+    rows = parts.value_rowids()
+    last = tf.equal(tf.range(tf.size(parts.flat_values, out_type=tf.int64)),
+                    tf.gather(parts.row_limits(), rows) - 1)
+    # every part but the last is followed by the option
+    glue = tf.where(last, tf.zeros_like(parts.flat_values), tf.gather(o, rows))
+    joined = tf.strings.reduce_join(parts.with_flat_values(tf.strings.join([parts.flat_values, glue])), axis=1)
+    has_blank = parts.row_lengths() > 1
+    out = tf.where(has_blank, joined, tf.strings.join([q, o], separator=" "))
+    return tf.reshape(out, shape)
+
+
+def race_features(article_ids: tf.RaggedTensor, qa_ids: tf.RaggedTensor, max_seq_length: int,
+                  max_qa_length: int, sep_id: int, cls_id: int,
+                  num_choices: int = NUM_CHOICES) -> Dict[str, tf.Tensor]:
+    """In-graph ``data.race.encode_choices``: article ids [batch, (n)], qa ids [batch * num_choices, (m)]
+    (choices of one question adjacent) -> int32 ``input_ids``/``segment_ids``/``padding_mask``
+    [batch, num_choices, max_seq_length]."""
+    if max_qa_length < 1 or max_seq_length - 3 < max_qa_length:
+        raise ValueError(f"need 1 <= max_qa_length <= max_seq_length - 3; got max_qa_length={max_qa_length}, "
+                         f"max_seq_length={max_seq_length}")
+    article_ids = tf.cast(article_ids, tf.int32)
+    qa_ids = tf.cast(qa_ids, tf.int32)
+    rows = qa_ids.nrows(out_type=tf.int32)
+    qa = keep_last(qa_ids, tf.fill([rows], max_qa_length))
+    ctx = tf.gather(article_ids, tf.range(rows) // num_choices)   # each article once per choice
+    ctx = keep_first(ctx, max_seq_length - 3 - qa.row_lengths())
+    sep, cls = constant_rows(rows, sep_id), constant_rows(rows, cls_id)
+    tokens = tf.concat([ctx, sep, qa, sep, cls], axis=1)
+    segments = tf.concat([ctx * 0, sep * 0, qa * 0 + 1, sep * 0 + 1, cls * 0 + 2], axis=1)
+    feats = {"input_ids": pad_rows(tokens, max_seq_length, 0, left=True),
+             "segment_ids": pad_rows(segments, max_seq_length, SEG_PAD_CLASSIFIER, left=True),
+             "padding_mask": pad_rows(tf.ones_like(tokens), max_seq_length, 0, left=True)}
+    return {k: tf.reshape(v, [-1, num_choices, max_seq_length]) for k, v in feats.items()}
+
+
+class RaceServing(tf.Module):
+    """Serving module for a fine-tuned RACE model (TaskModel with a MultipleChoiceHead).
+
+    ``features`` works without a model (``model=None``): the in-graph layout alone.
+    """
+
+    def __init__(self, model, tokenizer, max_seq_length: int, max_qa_length: int):
+        super().__init__()
+        self.model = model
+        self.tokenizer = tokenizer.tf_tokenizer() if hasattr(tokenizer, "tf_tokenizer") else tokenizer
+        self.max_seq_length, self.max_qa_length = int(max_seq_length), int(max_qa_length)
+        self.sep_id, self.cls_id = int(tokenizer.sep_id), int(tokenizer.cls_id)
+        self.num_choices = int(getattr(getattr(model, "head", None), "num_choices", NUM_CHOICES))
+
+    def features(self, article, question, options) -> Dict[str, tf.Tensor]:
+        """Raw strings -> the model's features [batch, num_choices, max_seq_length] (also used by the tests)."""
+        article = tf.convert_to_tensor(article, tf.string)
+        question = tf.convert_to_tensor(question, tf.string)
+        options = tf.convert_to_tensor(options, tf.string)
+        tf.debugging.assert_equal(tf.shape(options), tf.stack([tf.shape(question)[0], self.num_choices]),
+                                  message=f"options must be [batch, {self.num_choices}]")
+        questions = tf.repeat(question[:, None], self.num_choices, axis=1)
+        qa_text = tf.reshape(fill_blanks(questions, options), [-1])
+        return race_features(self.tokenizer.tokenize(article), self.tokenizer.tokenize(qa_text),
+                             self.max_seq_length, self.max_qa_length, self.sep_id, self.cls_id,
+                             self.num_choices)
+
+    def _outputs(self, features):
+        out = self.model.head.serving_outputs(self.model(features, training=False))
+        return {"choice": tf.cast(out["choice"], tf.int32),
+                "probabilities": tf.cast(out["probabilities"], tf.float32)}
+
+    def text_fn(self):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="article"),
+                                      tf.TensorSpec([None], tf.string, name="question"),
+                                      tf.TensorSpec([None, self.num_choices], tf.string, name="options")])
+        def serve_text(article, question, options):
+            return self._outputs(self.features(article, question, options))
+
+        return serve_text
+
+    def ids_fn(self):
+        spec = tf.TensorSpec([None, self.num_choices, self.max_seq_length], tf.int32)
+
+        @tf.function(input_signature=[spec, spec, spec])
+        def serve_ids(input_ids, segment_ids, padding_mask):
+            return self._outputs({"input_ids": input_ids, "segment_ids": segment_ids,
+                                  "padding_mask": padding_mask})
+
+        return serve_ids
+
+    def export(self, export_dir: str) -> str:
+        self.serve_text = self.text_fn()
+        self.serve_ids = self.ids_fn()
+        return save_atomically(self, export_dir, {"serving_default": self.serve_text,
+                                                  "serve_ids": self.serve_ids})
