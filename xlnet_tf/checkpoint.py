@@ -18,9 +18,7 @@ import io
 import json
 import os
 import pickle
-import shutil
 import struct
-import tempfile
 import zipfile
 from collections import OrderedDict
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
@@ -28,6 +26,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 
 from xlnet_tf.config import XLNetConfig
+from xlnet_tf.fileutil import atomic_directory
 
 PREFIX = "model/transformer/"
 OWN_CONFIG = "xlnet_tf_config.json"
@@ -401,10 +400,7 @@ def backbone_tensors(model) -> "OrderedDict[str, np.ndarray]":
 
 def save_pretrained(model, directory: str, extra: Optional[Mapping[str, np.ndarray]] = None) -> None:
     """Writes our format atomically: a temp directory renamed over ``directory`` once complete."""
-    parent = os.path.dirname(os.path.abspath(directory)) or "."
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".tmp-", dir=parent)
-    try:
+    with atomic_directory(directory) as tmp:
         tensors = backbone_tensors(model)
         if extra:
             tensors.update(extra)
@@ -413,14 +409,3 @@ def save_pretrained(model, directory: str, extra: Optional[Mapping[str, np.ndarr
         model.config.to_json_file(os.path.join(tmp, "xlnet_config.json"), original=True)
         with open(os.path.join(tmp, "checkpoint"), "w") as f:
             f.write(f'model_checkpoint_path: "{CKPT_NAME}"\n')
-        old = None
-        if os.path.exists(directory):
-            old = tempfile.mkdtemp(prefix=".old-", dir=parent)
-            os.rmdir(old)
-            os.replace(directory, old)
-        os.replace(tmp, directory)
-        if old:
-            shutil.rmtree(old, ignore_errors=True)
-    finally:
-        if os.path.exists(tmp):
-            shutil.rmtree(tmp, ignore_errors=True)

@@ -10,12 +10,11 @@ In-graph layouts mirror ``data/`` exactly (the tests compare them on real text):
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from typing import Callable, Dict, Optional, Sequence
 
 import tensorflow as tf
+
+from xlnet_tf.fileutil import atomic_directory
 
 SEG_PAD_CLASSIFIER = 4
 
@@ -94,22 +93,8 @@ def classification_features(ids_a: tf.RaggedTensor, ids_b: Optional[tf.RaggedTen
 # ---------------------------------------------------------------------------------------------- writing
 def save_atomically(module: tf.Module, export_dir: str, signatures: Dict[str, Callable]) -> str:
     """tf.saved_model.save into a temp dir next to ``export_dir``, then rename over it."""
-    parent = os.path.dirname(os.path.abspath(export_dir)) or "."
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".export-tmp-", dir=parent)
-    try:
+    with atomic_directory(export_dir) as tmp:
         tf.saved_model.save(module, tmp, signatures=signatures)
-        old = None
-        if os.path.exists(export_dir):
-            old = tempfile.mkdtemp(prefix=".export-old-", dir=parent)
-            os.rmdir(old)
-            os.replace(export_dir, old)
-        os.replace(tmp, export_dir)
-        if old:
-            shutil.rmtree(old, ignore_errors=True)
-    finally:
-        if os.path.exists(tmp):
-            shutil.rmtree(tmp, ignore_errors=True)
     return export_dir
 
 
