@@ -21,7 +21,7 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("task", None, "Task name (see the module docstring).")
 flags.DEFINE_string("task_name", None, "Alias of --task (the original's flag name).")
 flags.DEFINE_string("data_dir", None, "The task's data (GLUE folder, aclImdb folder or tarball, csv folder).")
-flags.DEFINE_string("text_a_column", "text_a", "generic task: column/key of the first text.")
+flags.DEFINE_string("text_a_column", "text", "generic task: column/key of the first text.")
 flags.DEFINE_string("text_b_column", None, "generic task: column/key of the second text (pair tasks).")
 flags.DEFINE_string("label_column", "label", "generic task: column/key of the label.")
 flags.DEFINE_list("labels", None, "generic task: the label set (default: discovered from train).")
@@ -39,8 +39,8 @@ def build_task(F):
         raise ValueError("--task is required")
     options = {}
     if name.lower() == "generic":
-        options = dict(text_a=F.text_a_column, text_b=F.text_b_column, label=F.label_column,
-                       labels=F.labels, regression=F.regression)
+        options = dict(text_a_column=F.text_a_column, text_b_column=F.text_b_column,
+                       label_column=F.label_column, labels=F.labels, regression=F.regression)
     return get_task(name, **options)
 
 

@@ -1,0 +1,135 @@
+"""examples/quickstart.py: the README's end-to-end job on CPython's own docstrings, in its reduced --smoke mode.
+
+The smoke run (1-layer model, 20 steps, 40 sentences per package) takes about a minute on 2 shared cores; it
+exercises the real path: stdlib docstrings -> tsv -> SentencePiece -> run_classifier.py --task=generic (train,
+eval, predict, export) -> the SavedModel answering raw text in a fresh process. A second run in the same
+directory must reuse every cache and skip the fine-tuning.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+import quickstart  # noqa: E402
+
+
+def run_quickstart(out_dir: str, *extra: str) -> str:
+    cmd = [sys.executable, os.path.join(ROOT, "examples", "quickstart.py"), "--smoke", f"--output_dir={out_dir}",
+           *extra]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-5000:]}\n{proc.stderr[-5000:]}"
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("quickstart"))
+    return out, run_quickstart(out)
+
+
+def read_rows(path):
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    return [ln.split("\t") for ln in lines[1:] if ln.strip()]
+
+
+# ----------------------------------------------------------------------------------------- data (no TensorFlow)
+def test_sentence_splitting():
+    para = "Some headers appear multiple times (e.g. Received). Return the value, i.e. Foo here. Short one."
+    assert quickstart.split_sentences(para) == ["Some headers appear multiple times (e.g. Received).",
+                                                "Return the value, i.e. Foo here.", "Short one."]
+    got = list(quickstart.sentences("Return the event loop of this thread. Too short. "
+                                    "Values x = f(a, b) + g(c, d) * h[0] are computed."))
+    assert got == ["Return the event loop of this thread."]
+    doc = "Summary line.\n\nProse paragraph\nover two lines.\n\n>>> code()\n1\n\n    indented literal block"
+    assert list(quickstart.paragraphs(doc)) == ["Summary line.", "Prose paragraph over two lines."]
+
+
+def test_data_is_deterministic_and_disjoint(tmp_path):
+    a = quickstart.build_data(str(tmp_path / "a"), quickstart.PACKAGES, 40, "packages")
+    b = quickstart.build_data(str(tmp_path / "b"), quickstart.PACKAGES, 40, "packages")
+    assert a["fingerprint"] == b["fingerprint"]
+    splits = {s: read_rows(str(tmp_path / "a" / f"{s}.tsv")) for s in ("train", "dev", "test")}
+    texts = {s: {r[0] for r in rows} for s, rows in splits.items()}
+    assert not (texts["train"] & texts["dev"]) and not (texts["train"] & texts["test"])
+    assert not (texts["dev"] & texts["test"])
+    for rows in splits.values():
+        assert all(len(r) == 2 and r[1] in quickstart.PACKAGES and r[0].strip() for r in rows)
+    labels = {r[1] for r in splits["train"]}
+    assert labels == set(quickstart.PACKAGES)
+    every = texts["train"] | texts["dev"] | texts["test"]
+    assert not every & set(quickstart.DEMO_SENTENCES)
+    assert (tmp_path / "a" / "corpus.txt").stat().st_size > 100_000
+
+
+# ----------------------------------------------------------------------------------------- the smoke run
+def test_artefacts_exist(smoke):
+    out, stdout = smoke
+    for rel in ("data/train.tsv", "data/dev.tsv", "data/test.tsv", "data/corpus.txt", "tokenizer/spiece.model",
+                "model_config.json", "run/eval_results.json", "run/predict/GENERIC.tsv",
+                "run/export/saved_model.pb", "run/run_classifier.log", "summary.json", "serving_check.json"):
+        assert os.path.isfile(os.path.join(out, rel)), rel
+    for split in ("train", "dev", "test"):
+        assert os.path.isfile(os.path.join(out, "run", "data", f"generic-{split}-32.tfrecord"))
+        assert os.path.isfile(os.path.join(out, "run", "data", f"generic-{split}-32.tfrecord.json"))
+    assert glob.glob(os.path.join(out, "run", "model", "*.index")), "no checkpoint written"
+    assert os.path.isfile(os.path.join(out, "run", "model", "checkpoint"))
+    with open(os.path.join(out, "model_config.json")) as f:
+        config = json.load(f)
+    from xlnet_tf import XLNetTokenizer
+
+    assert config["n_token"] == XLNetTokenizer(os.path.join(out, "tokenizer", "spiece.model")).vocab_size
+    assert "Summary" in stdout and "vs majority baseline" in stdout
+
+
+def test_eval_results_well_formed(smoke):
+    out, _ = smoke
+    with open(os.path.join(out, "run", "eval_results.json")) as f:
+        res = json.load(f)
+    n_dev = len(read_rows(os.path.join(out, "data", "dev.tsv")))
+    assert res["step"] == quickstart.MODES["smoke"]["train"]["train_steps"]
+    assert res["num_examples"] == n_dev
+    assert 0.0 <= res["accuracy"] <= 1.0
+    assert math.isfinite(res["loss"]) and res["loss"] > 0
+    preds = read_rows(os.path.join(out, "run", "predict", "GENERIC.tsv"))
+    assert len(preds) == len(read_rows(os.path.join(out, "data", "test.tsv")))
+    assert all(p[-1] in quickstart.PACKAGES for p in preds)
+    with open(os.path.join(out, "summary.json")) as f:
+        summary = json.load(f)
+    assert summary["dev_accuracy"] == res["accuracy"]
+    assert 0.0 < summary["dev_majority_baseline"] < 1.0
+
+
+def test_fresh_process_answer(smoke):
+    out, stdout = smoke
+    with open(os.path.join(out, "serving_check.json")) as f:
+        ans = json.load(f)
+    n = len(quickstart.DEMO_SENTENCES)
+    assert ans["sentences"] == list(quickstart.DEMO_SENTENCES)
+    assert len(ans["label_name"]) == n and all(x in quickstart.PACKAGES for x in ans["label_name"])
+    assert len(ans["probabilities"]) == n
+    for probs, name in zip(ans["probabilities"], ans["label_name"]):
+        assert len(probs) == len(quickstart.PACKAGES) and abs(sum(probs) - 1) < 1e-3
+        assert quickstart.PACKAGES[max(range(len(probs)), key=probs.__getitem__)] == name or \
+            max(probs) - probs[quickstart.PACKAGES.index(name)] < 1e-3  # rounding ties
+    assert ans["project_modules_loaded"] == []  # only tensorflow + tensorflow_text in that process
+    assert ans["in_data_files"] == [False] * n
+    assert quickstart.DEMO_SENTENCES[0] in stdout
+
+
+def test_rerun_reuses_everything(smoke):
+    out, _ = smoke
+    stdout = run_quickstart(out)
+    assert "(reused)" in stdout.split("[2/4]")[0]  # data
+    assert "spiece.model (reused)" in stdout
+    assert "skipped" in stdout  # run_classifier.py not run again for the same settings
+    assert "Summary" in stdout
