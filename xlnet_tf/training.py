@@ -1,0 +1,388 @@
+"""One custom training loop for every head, plus ``predict``.
+
+Contract of the model built by ``model_fn`` (a TaskModel): ``n_layer``; ``call(features, training) -> dict``;
+``loss(features, outputs) -> float32 [batch]`` per-example losses; ``variable_depth(variable) -> int``
+(0 = embeddings, l+1 = block l, n_layer+1 = head).
+
+``dataset_fn(input_context) -> tf.data.Dataset`` yields feature dicts batched with the PER-REPLICA batch size
+(``input_context.get_per_replica_batch_size(global_batch)``), repeated; with ``grad_accum_steps > 1`` the
+batches must have a fixed shape (they are stacked ``k`` at a time).
+
+One step = ``grad_accum_steps`` micro-batches per replica (a ``tf.while_loop`` summing gradients), one
+all-reduce, one optimizer update. Losses are summed and divided by the global number of examples of the step,
+so a step equals one batch ``k * replicas`` times larger. Then: global-norm clipping, the original's
+gradient-form layer decay (``layer_decay_mode="grad"``), optional dynamic loss scaling (mixed_float16).
+
+Reproducibility: weights from ``keras.utils.set_random_seed(seed)``; every Keras ``SeedGenerator`` (dropout)
+is re-seeded at each step from (seed, generator, step, replica), so resuming needs no RNG state. The input
+position is the checkpointed tf.data iterator (``data_resume="iterator"``; only possible on one device: TF
+cannot checkpoint distributed iterators) or a ``skip`` of the consumed batches (``"skip"``, the ``"auto"``
+choice under Mirrored/MultiWorker/TPU strategies), which needs a deterministic ``dataset_fn`` (seeded shuffles,
+deterministic maps).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+
+import keras
+import numpy as np
+import tensorflow as tf
+from tensorflow.core.framework import summary_pb2
+
+from xlnet_tf import optimization
+
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    learning_rate: float = 1e-5
+    train_steps: int = 1000
+    warmup_steps: int = 0
+    min_lr_ratio: float = 0.0
+    weight_decay: float = 0.0
+    adam_epsilon: float = 1e-6
+    adam_bias_correction: bool = True      # False: the original's update when weight_decay > 0
+    clip_norm: Optional[float] = 1.0       # None / <= 0: no clipping
+    lr_layer_decay_rate: float = 1.0
+    layer_decay_mode: str = "lr"           # "lr": true per-layer LR; "grad": the original (scales gradients)
+    grad_accum_steps: int = 1
+    precision: str = "float32"
+    initial_loss_scale: float = 2.0 ** 15
+    num_trainable_layers: Optional[int] = None   # None / -1: all
+    jit_compile: Optional[bool] = None     # None: True on one replica (not TPU), False under multi-device
+    model_dir: Optional[str] = None        # checkpoints + TensorBoard; None: neither
+    save_steps: int = 1000                 # 0: only at the end
+    keep_checkpoint_max: int = 5
+    log_steps: int = 100
+    seed: int = 42
+    data_resume: str = "auto"              # "iterator" | "skip" | "auto" (iterator when checkpointable)
+    progress: bool = True
+
+    def __post_init__(self):
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision: expected one of {PRECISIONS}, got {self.precision!r}")
+        if self.layer_decay_mode not in ("lr", "grad"):
+            raise ValueError(f"layer_decay_mode: expected 'lr' or 'grad', got {self.layer_decay_mode!r}")
+        if self.data_resume not in ("auto", "iterator", "skip"):
+            raise ValueError(f"data_resume: expected auto|iterator|skip, got {self.data_resume!r}")
+        if int(self.grad_accum_steps) < 1 or int(self.train_steps) < 1:
+            raise ValueError("grad_accum_steps and train_steps must be >= 1")
+
+
+class TrainResult(NamedTuple):
+    model: Any
+    history: List[Tuple[int, float]]
+
+
+def loss_fn(model) -> Callable:
+    """The model's per-example loss: ``per_example_loss`` if defined, else the class's ``loss`` method.
+
+    keras.Model's constructor sets an instance attribute ``self.loss = None`` (the compile() loss), which
+    shadows a ``loss`` method defined on the subclass, hence the lookup on the class.
+    """
+    fn = getattr(model, "per_example_loss", None)
+    if fn is None:
+        method = getattr(type(model), "loss", None)
+        if not callable(method):
+            raise TypeError(f"{type(model).__name__} defines neither per_example_loss nor a loss method")
+        fn = functools.partial(method, model)
+    return fn
+
+
+_SCALAR_METADATA = summary_pb2.SummaryMetadata(
+    plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
+
+
+def write_scalar(name: str, value: float, step: int) -> None:
+    """A TensorBoard scalar via core ``tf.summary.write`` (``tf.summary.scalar`` needs the tensorboard package)."""
+    tf.summary.write(name, tf.constant(float(value), tf.float32), step=step, metadata=_SCALAR_METADATA)
+
+
+def _seed_states(model) -> List:
+    """State variables of every Keras SeedGenerator of the model (dropout RNG)."""
+    seen, out = set(), []
+    for v in model.variables:
+        if v.name == "seed_generator_state" and id(v) not in seen:
+            seen.add(id(v))
+            out.append(v)
+    return out
+
+
+class Progress:
+    """Single carriage-return line on a tty, plain lines every ``log_steps`` otherwise."""
+
+    def __init__(self, total: int, log_steps: int, stream=None):
+        self.total, self.log_steps, self.stream = total, max(int(log_steps), 1), stream or sys.stderr
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+
+    def update(self, step: int, loss: float, lr: float, steps_per_sec: float) -> None:
+        if not self.tty and step % self.log_steps and step != self.total:
+            return
+        eta = (self.total - step) / steps_per_sec if steps_per_sec > 0 else float("nan")
+        eta_s = "?" if math.isnan(eta) else time.strftime("%H:%M:%S", time.gmtime(eta))
+        width = len(str(self.total))
+        line = (f"step {step:>{width}}/{self.total} loss {loss:.4f} lr {lr:.3e} "
+                f"{steps_per_sec:.2f} steps/s ETA {eta_s}")
+        if self.tty:
+            self.stream.write("\r" + line + ("\n" if step == self.total else ""))
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+class Trainer:
+    """Builds model, optimizer, data iterator and checkpoint under ``strategy``; ``train()`` runs the loop."""
+
+    def __init__(self, model_fn: Callable[[], Any], dataset_fn: Callable, config: TrainConfig,
+                 strategy: Optional[tf.distribute.Strategy] = None):
+        self.config = cfg = config
+        self.strategy = strategy = strategy or tf.distribute.get_strategy()
+        self.is_chief = bool(strategy.extended.should_checkpoint)
+        self.fp16 = cfg.precision == "mixed_float16"
+        if cfg.jit_compile is None:
+            self.jit = strategy.num_replicas_in_sync == 1 and not isinstance(strategy, tf.distribute.TPUStrategy)
+        else:
+            self.jit = bool(cfg.jit_compile)
+        self._dataset_fn = dataset_fn
+
+        keras.utils.set_random_seed(cfg.seed)
+        previous_policy = keras.mixed_precision.global_policy()
+        keras.mixed_precision.set_global_policy(cfg.precision)
+        try:
+            with strategy.scope():
+                self.model = model_fn()
+                if not self.model.variables:  # build on one batch
+                    features = next(iter(dataset_fn(tf.distribute.InputContext()).take(1)))
+                    self.model(features, training=False)
+        finally:
+            keras.mixed_precision.set_global_policy(previous_policy)
+
+        self.train_vars = optimization.select_trainable(self.model, cfg.num_trainable_layers)
+        if not self.train_vars:
+            raise ValueError("no trainable variables")
+        mult = [1.0] * len(self.train_vars)
+        if cfg.lr_layer_decay_rate != 1.0:
+            mult = optimization.layer_multipliers(self.model, self.train_vars, cfg.lr_layer_decay_rate,
+                                                  cfg.layer_decay_mode)
+        self.grad_mult = mult if cfg.layer_decay_mode == "grad" else None
+        with strategy.scope():
+            self.optimizer = optimization.create_optimizer(
+                cfg.learning_rate, cfg.train_steps, cfg.warmup_steps, cfg.min_lr_ratio, cfg.weight_decay,
+                cfg.adam_epsilon, cfg.adam_bias_correction)
+            self.optimizer.grads_pre_reduced = True
+            if cfg.layer_decay_mode == "lr":
+                self.optimizer.set_lr_multipliers(self.train_vars, mult)
+            self.outer_optimizer = self.optimizer
+            if self.fp16:
+                self.outer_optimizer = keras.optimizers.LossScaleOptimizer(
+                    self.optimizer, initial_scale=cfg.initial_loss_scale)
+            self.outer_optimizer.build(self.train_vars)  # slots for the trainable subset only
+            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step",
+                                    aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        self._seed_vars = _seed_states(self.model)
+
+        self._ckpt_dir = None
+        latest = None
+        if cfg.model_dir:
+            self._ckpt_dir = cfg.model_dir
+            latest = tf.train.latest_checkpoint(cfg.model_dir)
+            if not self.is_chief:  # every worker saves (collective); only the chief's files are kept
+                self._ckpt_dir = tempfile.mkdtemp(prefix="xlnet_worker_ckpt_")
+        start = int(tf.train.load_variable(latest, "step/.ATTRIBUTES/VARIABLE_VALUE")) if latest else 0
+        self.iterator = self._make_iterator(0)
+        trackable = isinstance(self.iterator, tf.__internal__.tracking.Trackable)
+        self.data_resume = cfg.data_resume if cfg.data_resume != "auto" else ("iterator" if trackable else "skip")
+        if self.data_resume == "iterator" and not trackable:
+            raise ValueError(f"data_resume='iterator': {type(strategy).__name__}'s distributed iterators cannot be "
+                             "checkpointed in this TensorFlow; use 'skip' (deterministic dataset_fn) or 'auto'")
+        if self.data_resume == "skip" and start:
+            self.iterator = self._make_iterator(start)
+        items = dict(model=self.model, optimizer=self.outer_optimizer, step=self.step)
+        if self.data_resume == "iterator":
+            items["iterator"] = self.iterator
+        self.checkpoint = tf.train.Checkpoint(**items)
+        self.manager = None
+        if self._ckpt_dir:
+            self.manager = tf.train.CheckpointManager(self.checkpoint, self._ckpt_dir, cfg.keep_checkpoint_max,
+                                                      step_counter=self.step)
+        if latest:
+            self.checkpoint.restore(latest).assert_existing_objects_matched()
+        self.restored_from = latest
+        self._step_fn = self._build_step()
+
+    # ------------------------------------------------------------------ pieces
+    def _make_iterator(self, skip: int):
+        k = self.config.grad_accum_steps
+
+        def fn(ctx):
+            ds = self._dataset_fn(ctx).batch(k, drop_remainder=True)
+            per_pipeline = ctx.num_replicas_in_sync // ctx.num_input_pipelines  # elements consumed per step
+            return ds.skip(skip * per_pipeline) if skip else ds
+
+        return iter(self.strategy.distribute_datasets_from_function(fn))
+
+    def _reseed(self, step, replica_id) -> None:
+        base = tf.random.experimental.stateless_fold_in(
+            tf.constant([self.config.seed, 0], tf.int64), tf.cast(step, tf.int64))
+        base = tf.random.experimental.stateless_fold_in(base, tf.cast(replica_id, tf.int64))
+        for i, var in enumerate(self._seed_vars):
+            var.assign(tf.random.experimental.stateless_fold_in(base, i))
+
+    def _build_step(self):
+        cfg, model, tvars, strategy = self.config, self.model, self.train_vars, self.strategy
+        k = cfg.grad_accum_steps
+        outer = self.outer_optimizer
+        clip = cfg.clip_norm if cfg.clip_norm and cfg.clip_norm > 0 else None
+
+        model_loss = loss_fn(model)
+        sources = [v.value for v in tvars]  # the tf.Variables behind the Keras variables
+
+        def micro(features, count):
+            """Loss sum / global example count of the step (a mean-sized loss, what loss scaling expects)."""
+            with tf.GradientTape(watch_accessed_variables=False) as tape:
+                tape.watch(sources)  # frozen variables: no gradient computed
+                per_example = tf.cast(model_loss(features, model(features, training=True)), tf.float32)
+                loss = tf.reduce_sum(per_example) / count
+                scaled = outer.scale_loss(loss) if self.fp16 else loss
+            grads = tape.gradient(scaled, sources)
+            return loss, [tf.zeros(v.shape, v.dtype) if g is None else tf.convert_to_tensor(g)
+                          for g, v in zip(grads, tvars)]
+
+        def replica_step(batch, step):
+            ctx = tf.distribute.get_replica_context()
+            self._reseed(step, ctx.replica_id_in_sync_group)
+            local = tf.cast(k * tf.shape(tf.nest.flatten(batch)[0])[1], tf.float32)  # [k, batch, ...]
+            count = ctx.all_reduce(tf.distribute.ReduceOp.SUM, local)
+            if k == 1:
+                loss, grads = micro(tf.nest.map_structure(lambda x: x[0], batch), count)
+            else:
+                def body(i, loss, grads):
+                    l, g = micro(tf.nest.map_structure(lambda x: x[i], batch), count)
+                    return i + 1, loss + l, [a + b for a, b in zip(grads, g)]
+
+                init = (tf.constant(0), tf.constant(0.0), [tf.zeros(v.shape, v.dtype) for v in tvars])
+                _, loss, grads = tf.while_loop(lambda i, *_: i < k, body, init)
+            loss = ctx.all_reduce(tf.distribute.ReduceOp.SUM, loss)
+            grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+            scale = outer.dynamic_scale if self.fp16 else None
+            if scale is not None:
+                grads = [g / scale for g in grads]
+            gnorm = tf.linalg.global_norm(grads)
+            if clip:
+                grads, _ = tf.clip_by_global_norm(grads, clip, use_norm=gnorm)
+            if self.grad_mult is not None:
+                grads = [g * m if m != 1.0 else g for g, m in zip(grads, self.grad_mult)]
+            if scale is not None:  # LossScaleOptimizer divides by the same power of two: exact round trip
+                grads = [g * scale for g in grads]
+            outer.apply(grads, tvars)
+            return loss, gnorm
+
+        replica_fn = tf.function(replica_step, jit_compile=self.jit)
+
+        @tf.function
+        def train_step(iterator):
+            batch = next(iterator)
+            loss, gnorm = strategy.run(replica_fn, args=(batch, self.step.read_value()))
+            self.step.assign_add(1)
+            first = lambda t: strategy.experimental_local_results(t)[0]
+            return first(loss), first(gnorm)
+
+        return train_step
+
+    def save(self) -> Optional[str]:
+        if self.manager is None:
+            return None
+        path = self.manager.save(checkpoint_number=int(self.step.numpy()))
+        if not self.is_chief:
+            shutil.rmtree(self._ckpt_dir, ignore_errors=True)
+        return path
+
+    # ------------------------------------------------------------------ loop
+    def train(self, stop_at: Optional[int] = None) -> TrainResult:
+        """Runs to ``train_steps`` (or ``stop_at``, to simulate an interruption); returns (model, history)."""
+        cfg = self.config
+        end = min(cfg.train_steps, stop_at) if stop_at else cfg.train_steps
+        step = int(self.step.numpy())
+        writer = None
+        if cfg.model_dir and self.is_chief:
+            writer = tf.summary.create_file_writer(os.path.join(cfg.model_dir, "train"))
+        bar = Progress(cfg.train_steps, cfg.log_steps) if cfg.progress and self.is_chief else None
+        history: List[Tuple[int, float]] = []
+        t0, s0, window = None, step, []
+        while step < end:
+            lr = float(self.optimizer.learning_rate)
+            loss, gnorm = self._step_fn(self.iterator)
+            loss = float(loss)
+            step += 1
+            history.append((step, loss))
+            window.append(loss)
+            if t0 is None:  # exclude tracing/compilation from the rate
+                t0, s0 = time.time(), step
+            rate = (step - s0) / (time.time() - t0) if step > s0 else 0.0
+            if bar:
+                bar.update(step, loss, lr, rate)
+            if writer and (step % max(cfg.log_steps, 1) == 0 or step == end):
+                with writer.as_default():
+                    scalars = {"loss": np.mean(window), "learning_rate": lr, "grad_norm": gnorm, "steps_per_sec": rate}
+                    if self.fp16:
+                        scalars["loss_scale"] = self.outer_optimizer.dynamic_scale.numpy()
+                    for name, value in scalars.items():
+                        write_scalar(name, value, step)
+                writer.flush()
+                window = []
+            if not math.isfinite(loss) and not self.fp16:
+                raise FloatingPointError(f"non-finite loss {loss} at step {step}")
+            if cfg.save_steps and step % cfg.save_steps == 0:
+                self.save()
+        if history and step == cfg.train_steps and not (cfg.save_steps and step % cfg.save_steps == 0):
+            self.save()  # final checkpoint (unless just written)
+        if writer:
+            writer.close()
+        if bar and bar.tty and step != cfg.train_steps:
+            bar.close()
+        return TrainResult(self.model, history)
+
+
+def train(model_fn: Callable[[], Any], dataset_fn: Callable, config: TrainConfig,
+          strategy: Optional[tf.distribute.Strategy] = None) -> TrainResult:
+    """Builds a ``Trainer`` (resuming from ``config.model_dir`` if it holds a checkpoint) and trains."""
+    return Trainer(model_fn, dataset_fn, config, strategy).train()
+
+
+def predict(model, dataset: tf.data.Dataset, strategy: Optional[tf.distribute.Strategy] = None,
+            output_fn: Optional[Callable[[Dict, Dict], Dict]] = None) -> Dict[str, np.ndarray]:
+    """Runs ``model(features, training=False)`` over a finite dataset (GLOBAL batch size) and concatenates.
+
+    ``output_fn(features, outputs) -> dict`` selects what to return (default: the outputs). Every returned
+    tensor needs a leading batch axis. Partial last batches are fine under MirroredStrategy; row order is the
+    dataset's order on one worker.
+    """
+    strategy = strategy or tf.distribute.get_strategy()
+    output_fn = output_fn or (lambda features, outputs: outputs)
+    dist = strategy.experimental_distribute_dataset(dataset)
+
+    @tf.function
+    def step(features):
+        out = strategy.run(lambda f: dict(output_fn(f, model(f, training=False))), args=(features,))
+        return {key: strategy.gather(val, axis=0) for key, val in out.items()}
+
+    chunks: Dict[str, List[np.ndarray]] = {}
+    for features in dist:
+        for key, val in step(features).items():
+            chunks.setdefault(key, []).append(val.numpy())
+    return {key: np.concatenate(vals, axis=0) for key, vals in chunks.items()}
