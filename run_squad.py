@@ -69,13 +69,13 @@ def _sizes(values, name):
         raise ValueError(f"--{name}: expected integers, got {values}") from None
 
 
-def read_file(path, name):
+def read_file(path, name, require_answers=True):
     """(examples, version) of a SQuAD json; pure Python (bad files fail before TensorFlow is imported)."""
     from tasks import squad as squad_task
 
     if not path:
         raise ValueError(f"--{name} is required")
-    examples, version = squad_task.read_squad_with_version(path)
+    examples, version = squad_task.read_squad_with_version(path, require_answers=require_answers)
     if not examples:
         raise ValueError(f"{path}: no questions")
     return examples, version
@@ -104,7 +104,7 @@ def main(_):
     ans_sizes = _sizes(F.answer_class_hidden_sizes, "answer_class_hidden_sizes")
     # read the inputs first: a bad file fails in a second, before TensorFlow is imported
     train_examples = read_file(F.train_file, "train_file")[0] if F.do_train else None
-    predict_examples, predict_version = read_file(F.predict_file, "predict_file") if predict else (None, None)
+    predict_examples, predict_version = read_file(F.predict_file, "predict_file", False) if predict else (None, None)
     v2 = bool(F.version_2_with_negative)
     if predict and predict_version == "2.0" and not v2:
         log.warning("%s has is_impossible questions: scoring it as SQuAD 2.0", F.predict_file)
@@ -169,6 +169,8 @@ def main(_):
         pred_path, index = features(predict_examples, F.predict_file, "predict", False)
         version = "2.0" if v2 else "1.1"
         dataset = squad_eval.examples_to_dataset(predict_examples, version)
+        # An unlabelled predict file (a test set) gets predictions but no scores.
+        labelled = any(ex.answers or ex.is_impossible for ex in predict_examples)
         kept = {}
 
         def evaluate(model, step):
@@ -186,7 +188,9 @@ def main(_):
             out = run_predict(model, ds, strategy, output_fn=output_fn)
             preds = postprocess(index, concat_results([out]), n_best_size=F.n_best_size,
                                 max_answer_length=F.max_answer_length)
-            if v2:
+            if not labelled:
+                metrics = {}
+            elif v2:
                 metrics = squad_eval.evaluate(dataset, preds.predictions, preds.null_odds, version,
                                               na_prob_thresh=null_threshold)
             else:
@@ -211,8 +215,12 @@ def main(_):
             run_common.write_json(os.path.join(predict_dir, "non_null_predictions.json"), non_null)
         else:
             write_predictions(preds, predict_dir)
-        run_common.write_json(os.path.join(predict_dir, "eval_results.json"), results)
-        log.info("eval: %s", {k: v for k, v in results.items() if k != "all_checkpoints"})
+        if labelled:
+            run_common.write_json(os.path.join(predict_dir, "eval_results.json"), results)
+            log.info("eval: %s", {k: v for k, v in results.items() if k != "all_checkpoints"})
+        else:
+            log.info("%s has no gold answers: predictions written to %s, nothing scored", F.predict_file,
+                     predict_dir)
 
     if F.export_dir:
         from xlnet_tf.export_squad import SquadServing

@@ -49,9 +49,10 @@ def _get(obj: Any, key: str, kind, src: str, where: str):
     return value
 
 
-def parse_squad(obj: Any, source: str = "<memory>") -> Tuple[List[SquadExample], str]:
+def parse_squad(obj: Any, source: str = "<memory>", require_answers: bool = True) -> Tuple[List[SquadExample], str]:
     """Parsed SQuAD json -> (examples, version) with version "1.1" or "2.0" (v2 = any ``is_impossible`` field
-    or a version string starting with "v2"/"2")."""
+    or a version string starting with "v2"/"2"). ``require_answers=False`` accepts unlabelled questions (a test
+    set to predict): they get an empty ``answers`` list."""
     data = _get(obj, "data", list, source, "")
     examples: List[SquadExample] = []
     seen = {}
@@ -94,11 +95,11 @@ def parse_squad(obj: Any, source: str = "<memory>") -> Tuple[List[SquadExample],
                                         f"context (found {found!r})", field=f"{wn}.answer_start")
                     texts.append(text)
                     starts.append(start)
-                if not impossible and not texts:
+                if not impossible and not texts and require_answers:
                     raise DataError(source, None, "answerable question without answers", field=f"{wq}.answers")
                 ex = SquadExample(qas_id=qid, question=question, context=context, context_id=context_id,
                                   is_impossible=impossible, answers=texts, answer_starts=starts, title=title)
-                if not impossible:
+                if not impossible and texts:
                     ex.answer_text, ex.answer_start = texts[0], starts[0]
                 examples.append(ex)
             context_id += 1
@@ -110,7 +111,7 @@ def read_squad(path: str) -> List[SquadExample]:
     return read_squad_with_version(path)[0]
 
 
-def read_squad_with_version(path: str) -> Tuple[List[SquadExample], str]:
+def read_squad_with_version(path: str, require_answers: bool = True) -> Tuple[List[SquadExample], str]:
     if not os.path.isfile(path):
         raise FileNotFoundError(f"SQuAD file not found: {path}")
     try:
@@ -118,7 +119,7 @@ def read_squad_with_version(path: str) -> Tuple[List[SquadExample], str]:
             obj = json.load(f)
     except (ValueError, UnicodeDecodeError) as e:
         raise DataError(path, getattr(e, "lineno", None), f"malformed json: {e}") from e
-    return parse_squad(obj, source=path)
+    return parse_squad(obj, source=path, require_answers=require_answers)
 
 
 def load_dataset(path: str) -> list:

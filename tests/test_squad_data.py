@@ -290,3 +290,17 @@ def test_oracle_reaches_the_windowing_ceiling(tok, name, bound):
     for e in examples[:200]:
         a, b = preds.char_spans[e.qas_id]
         assert e.context[a:b] == preds.predictions[e.qas_id]
+
+
+def test_unlabelled_questions_are_accepted_only_when_asked():
+    import pytest
+
+    from tasks.errors import DataError
+    from tasks.squad import parse_squad
+
+    obj = {"version": "1.1", "data": [{"title": "t", "paragraphs": [
+        {"context": "Alpha beta gamma.", "qas": [{"id": "q1", "question": "What?", "answers": []}]}]}]}
+    with pytest.raises(DataError, match=r"qas\[0\].answers"):
+        parse_squad(obj, "test.json")
+    examples, version = parse_squad(obj, "test.json", require_answers=False)
+    assert version == "1.1" and examples[0].answers == [] and not examples[0].is_impossible
