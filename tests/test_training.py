@@ -146,8 +146,8 @@ def test_grad_accumulation_equals_big_batch_under_xla():
 
 
 def test_resume_after_interruption_is_exact(tmp_path, capsys):
-    """Default strategy: checkpointed tf.data iterator (the "skip" mode is covered under MirroredStrategy)."""
-    kw = dict(train_steps=6, save_steps=3, log_steps=2, progress=True)
+    """Default strategy, XLA, dropout, 2 micro-batches, checkpointed tf.data iterator ("skip": see Mirrored)."""
+    kw = dict(train_steps=6, save_steps=3, log_steps=2, progress=True, jit_compile=None, grad_accum_steps=2)
     full = training.train(make_model(), make_dataset_fn(4), config(model_dir=str(tmp_path / "full"), **kw))
     cut_dir = str(tmp_path / "cut")
     training.Trainer(make_model(), make_dataset_fn(4), config(model_dir=cut_dir, **kw)).train(stop_at=4)
@@ -157,7 +157,7 @@ def test_resume_after_interruption_is_exact(tmp_path, capsys):
         with open(os.path.join(cut_dir, "ckpt-5" + suffix), "wb") as f:
             f.write(b"\0partial")
     resumed_tr = training.Trainer(make_model(), make_dataset_fn(4), config(model_dir=cut_dir, **kw))
-    assert resumed_tr.restored_from.endswith("ckpt-3") and resumed_tr.data_resume == "iterator"
+    assert resumed_tr.restored_from.endswith("ckpt-3") and resumed_tr.data_resume == "iterator" and resumed_tr.jit
     resumed = resumed_tr.train()
     assert [s for s, _ in resumed.history] == [4, 5, 6]
     assert max_diff(weights(full.model), weights(resumed.model)) <= 1e-6
@@ -228,11 +228,14 @@ def _report(proc, timeout):
 
 
 def test_mirrored_strategy_matches_default():
+    """2 logical CPUs: same weights as the default strategy (with accumulation, layer-wise LR, weight decay),
+    predict with a partial last batch, exact resume in "skip" mode, and a clear error without a TPU."""
     rep = _report(_run(["mirrored"]), 240)
     for name in ("mirrored_b4", "mirrored_b2_k2"):
         assert rep[name]["weights"] < 1e-5 and rep[name]["loss"] < 1e-5, (name, rep[name])
     assert rep["predict"]["rows"] == 10 and rep["predict"]["diff"] < 1e-5
     assert rep["resume"]["steps"] == [3, 4] and rep["resume"]["weights"] <= 1e-6, rep["resume"]
+    assert rep["tpu"].startswith("no TPU available"), rep["tpu"]
 
 
 def _free_ports(n):

@@ -146,6 +146,11 @@ def _mirrored_report():
     resumed = resumed_tr.train()
     rep["resume"] = {"weights": max_diff(weights(full.model), weights(resumed.model)),
                      "steps": [s for s, _ in resumed.history]}
+    try:  # last: connecting to a (missing) TPU may reset the eager context
+        distribute.get_strategy("tpu", tpu="local")
+        rep["tpu"] = "no error"
+    except RuntimeError as err:
+        rep["tpu"] = str(err)[:80]
     print("REPORT " + json.dumps(rep))
 
 

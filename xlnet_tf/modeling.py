@@ -78,6 +78,9 @@ class XLNetModel(keras.Model):
     def _next_seed(self) -> tf.Tensor:
         seed = tf.identity(self.dropout_seed.value)
         self.dropout_seed.assign_add(tf.constant([0, 1], tf.int64))
+        ctx = tf.distribute.get_replica_context()
+        if ctx is not None and ctx.num_replicas_in_sync > 1:  # each replica draws its own masks
+            seed = tf.random.experimental.stateless_fold_in(seed, ctx.replica_id_in_sync_group)
         return seed
 
     def _cache_mem(self, curr, prev):

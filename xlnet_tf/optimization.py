@@ -117,7 +117,8 @@ class AdamW(keras.optimizers.AdamW):
         self.assign_add(v, (tf.square(gradient) - v) * (1.0 - self.beta_2))
         if self.bias_correction:
             t = tf.cast(self.iterations + 1, dtype)
-            lr = lr * tf.sqrt(1.0 - tf.pow(tf.cast(self.beta_2, dtype), t)) / (1.0 - tf.pow(tf.cast(self.beta_1, dtype), t))
+            b1, b2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
+            lr = lr * tf.sqrt(1.0 - tf.pow(b2, t)) / (1.0 - tf.pow(b1, t))
         self.assign_sub(variable, m * lr / (tf.sqrt(v) + self.epsilon))
 
     def get_config(self):
@@ -128,7 +129,7 @@ class AdamW(keras.optimizers.AdamW):
 
 
 def layer_factor(depth: int, n_layer: int, rate: float) -> float:
-    """rate ** (n_layer - depth), clipped at 1: head and top block 1, block l rate^(n_layer-1-l), embeddings rate^n_layer."""
+    """rate ** max(n_layer - depth, 0): head and top block 1, block l rate^(n_layer-1-l), embeddings rate^n_layer."""
     return float(rate) ** max(n_layer - int(depth), 0)
 
 

@@ -206,7 +206,11 @@ class Trainer:
         start = int(tf.train.load_variable(latest, "step/.ATTRIBUTES/VARIABLE_VALUE")) if latest else 0
         self.iterator = self._make_iterator(0)
         trackable = isinstance(self.iterator, tf.__internal__.tracking.Trackable)
-        self.data_resume = cfg.data_resume if cfg.data_resume != "auto" else ("iterator" if trackable else "skip")
+        if cfg.data_resume == "auto":  # iterator when possible (and present in the checkpoint being resumed)
+            in_ckpt = not latest or any(n.startswith("iterator/") for n, _ in tf.train.list_variables(latest))
+            self.data_resume = "iterator" if trackable and in_ckpt else "skip"
+        else:
+            self.data_resume = cfg.data_resume
         if self.data_resume == "iterator" and not trackable:
             raise ValueError(f"data_resume='iterator': {type(strategy).__name__}'s distributed iterators cannot be "
                              "checkpointed in this TensorFlow; use 'skip' (deterministic dataset_fn) or 'auto'")
