@@ -106,7 +106,7 @@ def test_export_fresh_process_matches_in_process_model(sst2_run, config_file, tm
     ("sts-b", "STS-B", {"pearson", "spearman"}, True),
 ])
 def test_glue_tasks_end_to_end(task, folder, metrics, predict, config_file, tmp_path):
-    extra = ["--do_train", "--do_eval"] + (["--do_predict"] if predict else [])
+    extra = ["--do_train", "--do_eval", "--jit=false"] + (["--do_predict"] if predict else [])
     run_cli("run_classifier.py", base_args(task, shared_path("glue", folder), config_file, tmp_path, L=32,
                                            steps=10, extra=extra))
     res = json.loads((tmp_path / "eval_results.json").read_text())
@@ -121,7 +121,7 @@ def test_glue_tasks_end_to_end(task, folder, metrics, predict, config_file, tmp_
 def test_imdb_end_to_end_from_tarball(config_file, tmp_path):
     tar = shared_path("imdb", "aclImdb_v1.tar.gz")
     run_cli("run_classifier.py", base_args("imdb", tar, config_file, tmp_path, L=32, steps=5,
-                                           extra=["--do_train", "--do_eval"]))
+                                           extra=["--do_train", "--do_eval", "--jit=false"]))
     res = json.loads((tmp_path / "eval_results.json").read_text())
     assert res["num_examples"] == 25000 and {"accuracy", "error_rate"} <= set(res)
 
@@ -139,7 +139,7 @@ def _model_tensors(prefix):
 def test_killed_run_resumes_to_the_same_weights(config_file, tmp_path):
     data = shared_path("glue", "SST-2")
     cache = tmp_path / "cache"
-    common = ["--do_train", "--save_steps=10", f"--cache_dir={cache}", "--dropout=0.1"]
+    common = ["--do_train", "--save_steps=10", f"--cache_dir={cache}", "--dropout=0.1", "--jit=false"]
     ref = base_args("sst-2", data, config_file, tmp_path / "ref", L=32, steps=30, extra=common)
     run_cli("run_classifier.py", ref + ["--save_steps=10"])
     # the same run, killed (SIGKILL) after its second checkpoint, then started again
