@@ -8,6 +8,7 @@ so a recomputed block (``recompute``) replays identical masks and a resumed run 
 from __future__ import annotations
 
 import math
+import os
 from typing import Dict, Optional
 
 import keras
@@ -18,8 +19,12 @@ from xlnet_tf.masks import mask_value
 
 
 def gelu_tanh(x):
-    """The original's GELU: 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3)))."""
-    return 0.5 * x * (1.0 + tf.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * tf.pow(x, 3))))
+    """The original's GELU: 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))).
+
+    Written through ``tf.nn.gelu(approximate=True)`` (the same formula, op for op) so TensorFlow's graph
+    optimiser recognises it and fuses MatMul + BiasAdd + GELU into one oneDNN kernel.
+    """
+    return tf.nn.gelu(x, approximate=True)
 
 
 def activation_fn(name: str):
@@ -73,11 +78,43 @@ def relative_positional_encoding(qlen, klen, d_model: int, attn_type: str, bi_da
 
 
 def rel_shift(x: tf.Tensor, klen) -> tf.Tensor:
-    """[b, n, q, r] -> [b, n, q, klen]: afterwards (i, j) holds the score for distance mlen + i - j."""
+    """[b, n, q, r] -> [b, n, q, klen]: afterwards (i, j) holds the score for distance mlen + i - j.
+
+    ``tf.slice`` rather than ``x[...]``: the gradient of Slice is a Pad, the gradient of StridedSlice a
+    StridedSliceGrad that was ~8x slower here (the backward of this op dominated the attention's).
+    """
     b, n, q, r = tf.unstack(tf.shape(x))
-    x = tf.reshape(x, [b, n, r, q])[:, :, 1:, :]
-    x = tf.reshape(x, [b, n, q, r - 1])
-    return x[:, :, :, :klen]
+    x = tf.reshape(x, tf.stack([b, n, r, q]))
+    x = tf.slice(x, [0, 0, 1, 0], [-1, -1, -1, -1])
+    x = tf.reshape(x, tf.stack([b, n, q, r - 1]))
+    return tf.slice(x, [0, 0, 0, 0], tf.stack([-1, -1, -1, klen]))
+
+
+def attention_probs(ac, bd, ef, ef_diff, blocked):
+    """Scores -> attention probabilities (before attention dropout), [b, n, q, k].
+
+    ac: [b, n, q, k] content scores; bd: [b, n, q, r] positional scores before ``rel_shift``; ef: [b, n, q, 2]
+    segment scores (same, different) or None; ef_diff: [b, q, k] bool; blocked: bool [b|1, q, k] or None.
+    Scores arrive already scaled by 1/sqrt(d_head).
+    """
+    score = ac + rel_shift(bd, tf.shape(ac)[-1])
+    if ef is not None:
+        ef_same, ef_other = tf.split(ef, 2, axis=-1)  # [b, n, q, 1] each
+        score = score + tf.where(tf.expand_dims(ef_diff, 1), ef_other, ef_same)
+    if blocked is not None:
+        score = tf.where(tf.expand_dims(blocked, 1), tf.cast(mask_value(score.dtype), score.dtype), score)
+    prob = tf.nn.softmax(tf.cast(score, tf.float32), axis=-1)
+    return tf.cast(prob, ac.dtype)
+
+
+# The elementwise chain above (shift, adds, selects, softmax) is memory-bound: as separate TensorFlow ops it
+# makes ~10 passes over [b, n, q, k] tensors. Compiled as one small XLA cluster it fuses into a few passes,
+# while the matmuls around it stay on oneDNN (XLA's CPU matmuls are slower): ~5% faster inference at seq 512
+# on CPU. Used only without dropout (inference): with dropout the backward of the cluster measured slower.
+# Dropout is never inside the cluster, so the stateless masks do not depend on it. XLNET_TF_XLA_SCORES=0
+# turns it off.
+XLA_SCORES = os.environ.get("XLNET_TF_XLA_SCORES", "1").lower() not in ("0", "false", "no", "off")
+_attention_probs_xla = tf.function(attention_probs, jit_compile=True, reduce_retracing=True)
 
 
 class XLNetBlock(keras.layers.Layer):
@@ -126,47 +163,76 @@ class XLNetBlock(keras.layers.Layer):
         return tf.cast(var, self.compute_dtype)
 
     # ------------------------------------------------------------------ attention pieces
-    def _attend(self, q_head, k_head, v_head, kr, ef_diff, blocked, klen, seed, salt):
-        """Core relative attention for queries q_head [b, q, n, h] over keys [b, k, n, h].
+    # Layout: projections run as plain 2-D MatMuls on [b*len, d_model] (a reshape, no copy), heads are then
+    # moved to [b, n, len, h] once, so every attention product is a BatchMatMul without hidden transposes.
+    def _matmul_2d(self, x, kernel_2d, transpose_b=False):
+        """x [b, s, d_in] @ kernel_2d -> [b, s, d_out] via one 2-D MatMul (oneDNN's fast path)."""
+        shape = tf.shape(x)
+        y = tf.matmul(tf.reshape(x, tf.stack([-1, shape[-1]])), kernel_2d, transpose_b=transpose_b)
+        return tf.reshape(y, tf.concat([shape[:-1], tf.shape(y)[-1:]], axis=0))
 
-        kr: [pb, r, n, h] projected positional encodings; ef_diff: [b, q, k] bool or None.
-        Returns the attention vectors [b, q, n, h].
+    def _heads(self, x, kernel):
+        """x [b, s, d_model] @ kernel [d_model, n, h] -> [b, n, s, h]."""
+        c = self.config
+        y = self._matmul_2d(x, tf.reshape(self._w(kernel), [c.d_model, c.n_head * c.d_head]))
+        y = tf.reshape(y, tf.concat([tf.shape(x)[:-1], [c.n_head, c.d_head]], axis=0))
+        return tf.transpose(y, [0, 2, 1, 3])
+
+    def _head_bias(self, var):
+        """[n, h] bias -> [n, 1, h], broadcasting over [b, n, q, h]."""
+        return tf.expand_dims(self._w(var), 1)
+
+    def _attend(self, q_head, k_head, v_head, kr, ef_diff, blocked, seed, salt):
+        """Core relative attention for queries q_head [b, n, q, h] over keys/values [b, n, k, h].
+
+        kr: [pb, n, r, h] projected positional encodings (shared by the batch, or by each half with bi_data);
+        ef_diff: [b, q, k] bool or None; blocked: bool [b|1, q, k] or None. Returns [b, n, q, h].
+        The 1/sqrt(d_head) scale is applied to the (small) query side instead of the [b, n, q, k] scores.
         """
         c = self.config
-        rw = self._w(self.r_w_bias)
-        rr = self._w(self.r_r_bias)
-        ac = tf.einsum("binh,bjnh->bnij", q_head + rw, k_head)
-        pb = tf.shape(kr)[0]
-        qr = q_head + rr
-        qs = tf.shape(qr)
-        qr = tf.reshape(qr, tf.stack([pb, qs[0] // pb, qs[1], qs[2], qs[3]]))
-        bd = tf.einsum("pbinh,prnh->pbnir", qr, kr)
-        bds = tf.shape(bd)
-        bd = tf.reshape(bd, tf.stack([bds[0] * bds[1], bds[2], bds[3], bds[4]]))
-        bd = rel_shift(bd, klen)
-        score = ac + bd
+        scale = tf.cast(self.scale, q_head.dtype)
+        qs = q_head * scale
+        ac = tf.matmul(qs + self._head_bias(self.r_w_bias) * scale, k_head, transpose_b=True)  # [b, n, q, k]
+        qr = qs + self._head_bias(self.r_r_bias) * scale
+        if c.bi_data:  # each half of the batch has its own encodings: [pb, b/pb, n, q, h] x [pb, 1, n, r, h]
+            shape = tf.shape(qr)
+            pb = tf.shape(kr)[0]
+            qr = tf.reshape(qr, tf.concat([[pb, shape[0] // pb], shape[1:]], axis=0))
+            bd = tf.matmul(qr, tf.expand_dims(kr, 1), transpose_b=True)
+            bd = tf.reshape(bd, tf.concat([shape[:3], tf.shape(bd)[-1:]], axis=0))
+        else:  # one set of encodings broadcast over the batch: [b, n, q, h] x [n, r, h]
+            bd = tf.matmul(qr, tf.squeeze(kr, 0), transpose_b=True)  # [b, n, q, r]
+        ef = None
         if ef_diff is not None:
-            ef = tf.einsum("binh,snh->bnis", q_head + self._w(self.r_s_bias), self._w(self.seg_embed))
-            score = score + tf.where(ef_diff[:, None, :, :], ef[..., 1:2], ef[..., 0:1])
-        score = score * tf.cast(self.scale, score.dtype)
-        if blocked is not None:
-            score = tf.where(blocked[:, None, :, :], tf.cast(mask_value(score.dtype), score.dtype), score)
-        prob = tf.nn.softmax(tf.cast(score, tf.float32), axis=-1)
-        prob = tf.cast(prob, q_head.dtype)
+            seg = tf.transpose(self._w(self.seg_embed), [1, 2, 0])  # [n, h, 2]
+            ef = tf.matmul(qs + self._head_bias(self.r_s_bias) * scale, seg)  # [b, n, q, 2]
+        probs_fn = _attention_probs_xla if XLA_SCORES and seed is None else attention_probs
+        prob = probs_fn(ac, bd, ef, ef_diff, blocked)
         prob = dropout(prob, c.dropatt, seed, salt)
-        return tf.einsum("bnij,bjnh->binh", prob, v_head)
+        return tf.matmul(prob, v_head)  # [b, n, q, h]
 
     def _post_attention(self, x, attn_vec, seed, salt):
-        out = tf.einsum("binh,dnh->bid", attn_vec, self._w(self.o))
-        out = dropout(out, self.config.dropout, seed, salt)
-        return layer_norm(out + x, self.attn_ln_gamma, self.attn_ln_beta, self.config.layer_norm_eps)
+        """attn_vec [b, n, q, h] -> output projection, dropout, residual, LayerNorm: [b, q, d]."""
+        c = self.config
+        vec = tf.transpose(attn_vec, [0, 2, 1, 3])
+        shape = tf.shape(vec)
+        vec = tf.reshape(vec, tf.stack([shape[0], shape[1], c.n_head * c.d_head]))
+        out = self._matmul_2d(vec, tf.reshape(self._w(self.o), [c.d_model, c.n_head * c.d_head]), transpose_b=True)
+        out = dropout(out, c.dropout, seed, salt)
+        return layer_norm(out + x, self.attn_ln_gamma, self.attn_ln_beta, c.layer_norm_eps)
 
     def _ffn(self, x, seed, salt):
         c = self.config
-        h = tf.einsum("bid,de->bie", x, self._w(self.ff1_kernel)) + self._w(self.ff1_bias)
+        shape = tf.shape(x)
+        # MatMul -> BiasAdd -> activation on 2-D tensors: oneDNN fuses the three into one kernel.
+        h = tf.nn.bias_add(tf.matmul(tf.reshape(x, [-1, c.d_model]), self._w(self.ff1_kernel)),
+                           self._w(self.ff1_bias))
         h = self.act(h)
+        h = tf.reshape(h, tf.stack([shape[0], shape[1], c.d_inner]))
         h = dropout(h, c.dropout, seed, salt)
-        h = tf.einsum("bie,ed->bid", h, self._w(self.ff2_kernel)) + self._w(self.ff2_bias)
+        h = tf.nn.bias_add(tf.matmul(tf.reshape(h, [-1, c.d_inner]), self._w(self.ff2_kernel)),
+                           self._w(self.ff2_bias))
+        h = tf.reshape(h, shape)
         h = dropout(h, c.dropout, seed, salt + 1)
         return layer_norm(h + x, self.ff_ln_gamma, self.ff_ln_beta, c.layer_norm_eps)
 
@@ -177,26 +243,25 @@ class XLNetBlock(keras.layers.Layer):
         target_mapping: [b, m, q] or None (query stream rows -> positions).
         """
         cat = h if mem is None else tf.concat([tf.cast(mem, h.dtype), h], axis=1)
-        klen = tf.shape(cat)[1]
-        k_head = tf.einsum("bjd,dnh->bjnh", cat, self._w(self.k))
-        v_head = tf.einsum("bjd,dnh->bjnh", cat, self._w(self.v))
-        kr = tf.einsum("prd,dnh->prnh", tf.cast(pos_emb, h.dtype), self._w(self.r))
+        k_head = self._heads(cat, self.k)  # [b, n, k, h]
+        v_head = self._heads(cat, self.v)
+        kr = self._heads(tf.cast(pos_emb, h.dtype), self.r)  # [pb, n, r, h]
 
-        q_head_h = tf.einsum("bid,dnh->binh", h, self._w(self.q))
-        vec_h = self._attend(q_head_h, k_head, v_head, kr, ef_diff, content_blocked, klen, seed, 1)
+        q_head_h = self._heads(h, self.q)
+        vec_h = self._attend(q_head_h, k_head, v_head, kr, ef_diff, content_blocked, seed, 1)
         out_h = self._post_attention(h, vec_h, seed, 2)
         out_h = self._ffn(out_h, seed, 3)
 
         out_g = None
         if g is not None:
-            q_head_g = tf.einsum("bmd,dnh->bmnh", g, self._w(self.q))
+            q_head_g = self._heads(g, self.q)  # [b, n, m, h]
             if target_mapping is not None:
                 tm = tf.cast(target_mapping, h.dtype)
-                q_head_g = tf.einsum("bmnh,bml->blnh", q_head_g, tm)
-                vec_g = self._attend(q_head_g, k_head, v_head, kr, ef_diff, query_blocked, klen, seed, 5)
-                vec_g = tf.einsum("blnh,bml->bmnh", vec_g, tm)
+                q_head_g = tf.einsum("bnmh,bml->bnlh", q_head_g, tm)
+                vec_g = self._attend(q_head_g, k_head, v_head, kr, ef_diff, query_blocked, seed, 5)
+                vec_g = tf.einsum("bnlh,bml->bnmh", vec_g, tm)
             else:
-                vec_g = self._attend(q_head_g, k_head, v_head, kr, ef_diff, query_blocked, klen, seed, 5)
+                vec_g = self._attend(q_head_g, k_head, v_head, kr, ef_diff, query_blocked, seed, 5)
             out_g = self._post_attention(g, vec_g, seed, 6)
             out_g = self._ffn(out_g, seed, 7)
         return out_h, out_g

@@ -1,0 +1,364 @@
+"""Pretraining: PretrainModel (tied LM head, memory in the model), the loop under strategies, run_pretrain.py.
+
+Everything runs on a tiny synthetic corpus with its own tiny SentencePiece model (no shared data needed).
+Two parts need their own process and start in the background at the first test, running while the rest
+runs: MirroredStrategy over 2 logical CPUs (``python tests/test_pretrain.py mirrored WORKDIR``) and the
+``run_pretrain.py`` CLI.
+
+Tolerances (float32, CPU, no XLA): default vs MirroredStrategy agree to 1e-5 on losses and memory and 1e-4
+on weights after 3 Adam steps (summation order only).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+if __name__ == "__main__":  # logical CPUs must exist before TensorFlow initialises its devices
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+SEQ, REUSE, MEM, PREDICT = 24, 8, 12, 4
+WORDS = ("the cat dog bird sat ran flew on over under a mat log tree quickly slowly big small red green "
+         "and then saw it").split()
+
+
+# =========================================================================================== shared pieces
+def write_corpus(path: str, n_docs: int = 60, seed: int = 0) -> None:
+    """Documents of short sentences from a small grammar (learnable), blank lines between documents."""
+    rng = np.random.RandomState(seed)
+    nouns, verbs, adjs = ["cat", "dog", "bird", "mat", "log", "tree"], ["sat", "ran", "flew", "saw"], \
+        ["big", "small", "red", "green"]
+    with open(path, "w", encoding="utf-8") as f:
+        for _ in range(n_docs):
+            for _ in range(rng.randint(3, 7)):
+                a, b = rng.choice(adjs), rng.choice(nouns)
+                f.write(f"the {a} {b} {rng.choice(verbs)} {rng.choice(['on', 'over', 'under'])} the "
+                        f"{rng.choice(nouns)} {rng.choice(['quickly', 'slowly'])} .\n")
+            f.write("\n")
+
+
+def make_workdir(d: str) -> dict:
+    from xlnet_tf import spm_train
+
+    os.makedirs(d, exist_ok=True)
+    corpus, held = os.path.join(d, "train.txt"), os.path.join(d, "held.txt")
+    write_corpus(corpus, 60, seed=0)
+    write_corpus(held, 20, seed=1)
+    spm = spm_train.train_spm([corpus], os.path.join(d, "sp"), vocab_size=60, hard_vocab_limit=False, quiet=True)
+    return {"dir": d, "corpus": corpus, "heldout": held, "spm": spm}
+
+
+def tiny_config(**kw):
+    from xlnet_tf.config import XLNetConfig
+
+    base = dict(n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=32, n_token=60, dropout=0.0, dropatt=0.0,
+                mem_len=MEM, reuse_len=REUSE, bi_data=True)
+    base.update(kw)
+    return XLNetConfig(**base)
+
+
+def records(work: dict, num_streams: int, num_groups: int, bi_data: bool = True, name: str = "train"):
+    from data import pretrain as P
+
+    prefix = os.path.join(work["dir"], f"{name}-s{num_streams}-g{num_groups}-b{int(bi_data)}")
+    return P.create_pretrain_tfrecords([work["corpus"]], prefix, work["spm"], SEQ, REUSE, num_streams,
+                                       bi_data=bi_data, num_groups=num_groups, progress=False)
+
+
+def dataset_fn(files, per_replica, k=1, bi_data=True, seed=3):
+    from xlnet_tf.pretrain_model import make_train_dataset_fn
+
+    return make_train_dataset_fn(files, SEQ, REUSE, per_replica, k, num_predict=PREDICT, perm_size=4,
+                                 bi_data=bi_data, seed=seed)
+
+
+def train_config(**kw):
+    from xlnet_tf.training import TrainConfig
+
+    base = dict(learning_rate=3e-3, train_steps=3, progress=False, seed=5, jit_compile=False, warmup_steps=0)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+# =========================================================================================== subprocess entry
+def _mirrored_report(workdir: str) -> None:
+    from xlnet_tf import distribute, training
+    from xlnet_tf.pretrain_model import PretrainModel
+
+    strategy = distribute.get_strategy("mirrored", num_cpu_devices=2)
+    assert strategy.num_replicas_in_sync == 2
+    work = make_workdir(workdir)
+    rep = {}
+
+    # Without bi_data the records do not depend on the grouping: rows [s0 s1 s2 s3] on one device are
+    # replica 0's [s0 s1] and replica 1's [s2 s3]. k=2: each update spans two consecutive steps of the streams
+    # (regroup_for_accumulation keeps replica r on its own streams; k=1 is the special case without it).
+    config = tiny_config(bi_data=False)
+    for name, k in (("k2", 2),):
+        hist, models = [], []
+        for strat, per_replica, groups in ((None, 4, 1), (strategy, 2, 2)):
+            files = records(work, 4, groups, bi_data=False)
+            # per-sequence means: the token-weighted loss is per replica (as the original's towers), so it
+            # only equals the one-device loss when every replica has the same number of targets
+            tr = training.Trainer(lambda: PretrainModel(config, per_replica, seed=1, token_weighted=False),
+                                  dataset_fn(files, per_replica, k, bi_data=False), train_config(grad_accum_steps=k),
+                                  strat)
+            hist.append(tr.train().history)
+            models.append(tr.model)
+        ref, mir = models
+        w_diff = max(float(np.max(np.abs(a.numpy() - b.numpy())))
+                     for a, b in zip(ref.trainable_variables, mir.trainable_variables))
+        mem_diff = 0.0
+        for rv, mv in zip(ref.mem_vars, mir.mem_vars):
+            per_rep = [np.asarray(x.numpy()) for x in mv.value.values]
+            mem_diff = max(mem_diff, max(float(np.max(np.abs(a - b)))
+                                         for a, b in zip(per_rep, (rv.numpy()[:2], rv.numpy()[2:]))))
+        rep[name] = {"loss": max(abs(a[1] - b[1]) for a, b in zip(*hist)), "weights": w_diff, "mem": mem_diff,
+                     "mem_norm": float(np.abs(ref.mem_vars[1].numpy()).mean()), "losses": [l for _, l in hist[1]]}
+
+    # bi_data: each replica's batch is [forward | backward] of its own group. One step's loss on 2 replicas is
+    # the mean of the two group batches' token-weighted losses; replica r's memory holds its own batch's states.
+    config = tiny_config(bi_data=True)
+    files = records(work, 4, 2, bi_data=True)
+    tr = training.Trainer(lambda: PretrainModel(config, 2, seed=1), dataset_fn(files, 2),
+                          train_config(train_steps=1), strategy)
+    loss = tr.train().history[0][1]
+    keras.utils.set_random_seed(tr.config.seed)
+    ref = PretrainModel(config, 2, seed=1)
+    expect, mem_diff = [], 0.0
+    for r, batch in enumerate(dataset_fn(files, 2)(tf.distribute.InputContext()).take(2)):
+        ref.reset_memory()
+        out = ref(batch, training=True)
+        expect.append(ref.token_losses(batch, out).numpy().sum() / batch["target_mask"].numpy().sum())
+        for rv, mv in zip(ref.mem_vars, tr.model.mem_vars):
+            mem_diff = max(mem_diff, float(np.max(np.abs(mv.value.values[r].numpy() - rv.numpy()))))
+    rep["bi"] = {"loss": abs(loss - float(np.mean(expect))), "mem": mem_diff}
+    # a checkpoint holds replica 0's memory; restoring gives it to every replica
+    saved = [np.asarray(v.value.values[0].numpy()) for v in tr.model.mem_vars]
+    path = tf.train.Checkpoint(model=tr.model).save(os.path.join(workdir, "ckpt", "c"))
+    tf.train.Checkpoint(model=tr.model).restore(path).assert_existing_objects_matched()
+    rep["restore"] = max(float(np.max(np.abs(x.numpy() - s))) for v, s in zip(tr.model.mem_vars, saved)
+                         for x in v.value.values)
+    print("REPORT " + json.dumps(rep))
+
+
+# =========================================================================================== pytest
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    return make_workdir(str(tmp_path_factory.mktemp("pretrain")))
+
+
+def _env():
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+
+
+@pytest.fixture(scope="module")
+def background(work, tmp_path_factory):
+    """Starts the two subprocesses once; tests collect them at the end of the module."""
+    mdir = str(tmp_path_factory.mktemp("mirrored"))
+    mirrored = subprocess.Popen([sys.executable, os.path.abspath(__file__), "mirrored", mdir], env=_env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    out = str(tmp_path_factory.mktemp("cli"))
+    cli_args = [sys.executable, os.path.join(ROOT, "run_pretrain.py"), f"--train_input={work['corpus']}",
+                "--train_spm", "--vocab_size=48", "--model_config_path=" + os.path.join(out, "config.json"),
+                f"--seq_len={SEQ}", f"--reuse_len={REUSE}", f"--mem_len={MEM}", f"--num_predict={PREDICT}",
+                "--perm_size=8", "--train_batch_size=4", "--train_steps=4", "--learning_rate=1e-3",
+                "--heldout_every=2", f"--heldout_input={work['heldout']}", "--heldout_batch_size=2",
+                "--heldout_steps=3", "--iterations=2", "--dropout=0.1", "--dropatt=0.0", "--jit=false",
+                f"--model_dir={out}/train", f"--output_dir={out}/pretrained", "--progress=false"]
+    tiny_config(n_token=60).to_json_file(os.path.join(out, "config.json"))
+    cli = subprocess.Popen(cli_args, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           cwd=ROOT)
+    procs = {"mirrored": mirrored, "cli": cli, "cli_out": out}
+    yield procs
+    for key in ("mirrored", "cli"):
+        if procs[key].poll() is None:
+            procs[key].kill()
+            procs[key].communicate()
+
+
+def _wait(proc, timeout=240):
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"subprocess timed out\n{err[-3000:]}")
+    assert proc.returncode == 0, err[-4000:]
+    return out, err
+
+
+def test_start_background(background):
+    assert background["mirrored"].pid and background["cli"].pid
+
+
+def _expected_mems(model, features, prev):
+    """Independent of the model's memory code: layer 0 caches the embeddings of the reuse part; layer 1 the
+    content output of a one-layer copy of block 0 (same inputs, same memory)."""
+    from xlnet_tf.modeling import XLNetModel
+
+    c = model.config
+    emb = tf.gather(model.backbone.word_embedding, features["input_ids"]).numpy()
+    one = XLNetModel(c.replace(n_layer=1))
+    one.word_embedding.assign(model.backbone.word_embedding)
+    one.mask_emb.assign(model.backbone.mask_emb)
+    for dst, src in zip(one.blocks[0].weights, model.backbone.blocks[0].weights):
+        dst.assign(src)
+    h1 = one(features["input_ids"], segment_ids=features["segment_ids"], mems=[prev[0]],
+             perm_mask=features["perm_mask"], target_mapping=features["target_mapping"])["sequence_output"].numpy()
+    return [np.concatenate([p, h[:, :REUSE]], axis=1)[:, -MEM:] for p, h in zip(prev, (emb, h1))]
+
+
+def test_memory_is_carried_as_cache_mem(work, tmp_path):
+    from xlnet_tf.pretrain_model import PretrainModel
+
+    files = records(work, 4, 1)
+    batches = list(dataset_fn(files, 4)(tf.distribute.InputContext()).take(3))
+    model = PretrainModel(tiny_config(), 4, seed=0)
+    prev = [np.zeros((4, MEM, 16), np.float32) for _ in range(2)]
+    for t, features in enumerate(batches):
+        expect = _expected_mems(model, features, prev)
+        out = model(features, training=True)
+        assert out["logits"].shape == (4, PREDICT, 60) and "new_mems" not in out
+        got = model.memory()
+        for layer in range(2):
+            np.testing.assert_allclose(got[layer], expect[layer], atol=1e-5, err_msg=f"step {t} layer {layer}")
+        if t == 0:  # the first step keeps MEM - REUSE zero slots, then the reuse part's states
+            assert not got[1][:, :MEM - REUSE].any() and got[1][:, MEM - REUSE:].any()
+        prev = got
+    # inference calls never touch the memory; they take and return explicit mems
+    out = model(batches[0], training=False, mems=[tf.constant(p) for p in prev])
+    assert len(out["new_mems"]) == 2 and all(np.array_equal(a, b) for a, b in zip(model.memory(), prev))
+    # checkpoints carry the memory (exact resume on one device)
+    path = tf.train.Checkpoint(model=model).save(str(tmp_path / "ckpt"))
+    restored = PretrainModel(tiny_config(), 4, seed=0)
+    tf.train.Checkpoint(model=restored).restore(path).assert_existing_objects_matched()
+    assert all(np.array_equal(a, b) for a, b in zip(restored.memory(), prev))
+    # the same stateful step compiled with XLA (the loop's default on one device)
+    expect = _expected_mems(model, batches[0], prev)
+    step = tf.function(lambda f: model.per_example_loss(f, model(f, training=True)), jit_compile=True)
+    assert step(batches[0]).shape == (4,)
+    for got, want in zip(model.memory(), expect):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_loop_loss_memory_and_learning(work):
+    """One loop step: its loss is the original's token-weighted Σ CE·mask / Σ mask of the batch and it fills
+    the memory; then the loss falls over 40 steps and the held-out PLM loss improves."""
+    from data import pretrain as P
+    from xlnet_tf import XLNetTokenizer, training
+    from xlnet_tf.pretrain_model import PretrainModel, evaluate_plm, unigram_log_probs
+
+    files = records(work, 4, 1)
+    ds_fn = dataset_fn(files, 4)
+    first = next(iter(ds_fn(tf.distribute.InputContext())))
+    config = tiny_config(d_model=32, d_head=16, d_inner=64)
+    tr = training.Trainer(lambda: PretrainModel(config, 4, seed=2), ds_fn,
+                          train_config(train_steps=40, learning_rate=1e-2, warmup_steps=4))
+    keras.utils.set_random_seed(tr.config.seed)  # the Trainer's initial weights
+    ref = PretrainModel(config, 4, seed=2)
+    held = records(dict(work, corpus=work["heldout"]), 2, 1, name="held")
+    uni = unigram_log_probs(P.encode_corpus([work["corpus"]], XLNetTokenizer(work["spm"]), progress=False).ids, 60)
+
+    def heldout():
+        ds = P.make_pretrain_dataset(held, SEQ, REUSE, 2, num_predict=PREDICT, perm_size=4, bi_data=True, seed=9,
+                                     repeat=False)
+        return evaluate_plm(tr.model, ds, steps=6, unigram_log_probs=uni)
+
+    start = heldout()
+    history = tr.train(stop_at=1).history
+    out = ref(first, training=True)
+    losses = ref.token_losses(first, out).numpy()
+    expect = losses.sum() / first["target_mask"].numpy().sum()
+    assert abs(history[0][1] - expect) < 1e-5, (history, expect)
+    for a, b in zip(tr.model.memory(), ref.memory()):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    assert np.abs(tr.model.memory()[1]).mean() > 0
+    # per_example_loss: token-weighted shares average to the batch's token mean; the per-sequence variant
+    np.testing.assert_allclose(ref.per_example_loss(first, out).numpy().mean(), expect, rtol=1e-6)
+    mask = first["target_mask"].numpy()
+    np.testing.assert_allclose(ref.sequence_loss(first, out).numpy(), losses.sum(-1) / mask.sum(-1), rtol=1e-6)
+    assert {ref.variable_depth(v) for v in ref.trainable_variables} == {0, 1, 2, 3}
+    assert ref.variable_depth(ref.backbone.lm_bias) == 3
+
+    losses = [history[0][1]] + [l for _, l in tr.train().history]
+    end = heldout()
+    assert len(losses) == 40 and np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.5, losses
+    assert start["tokens"] == end["tokens"] > 0 and start["unigram_loss"] == end["unigram_loss"]
+    assert end["loss"] < start["loss"] - 0.5, (start, end)
+    assert start["loss"] == pytest.approx(np.log(60), abs=0.3)  # untrained: about uniform
+
+
+def test_regroup_for_accumulation():
+    from xlnet_tf.pretrain_model import regroup_for_accumulation
+
+    ds = tf.data.Dataset.range(12).map(lambda i: {"x": tf.fill([2], i)})  # batch i = (step i // 2, group i % 2)
+    got = [int(b["x"][0]) for b in regroup_for_accumulation(ds, 2, 3)]
+    assert got == [0, 2, 4, 1, 3, 5, 6, 8, 10, 7, 9, 11]
+    assert [int(b["x"][0]) for b in regroup_for_accumulation(ds, 1, 3)] == list(range(12))
+
+
+def test_save_backbone_has_finetuning_config(work, tmp_path):
+    from xlnet_tf.config import XLNetConfig
+    from xlnet_tf.pretrain_model import PretrainModel
+
+    model = PretrainModel(tiny_config(), 4)
+    model.save_backbone(str(tmp_path / "bb"))
+    saved = XLNetConfig.load(str(tmp_path / "bb"))
+    assert (saved.mem_len, saved.reuse_len, saved.bi_data) == (0, 0, False)
+    assert saved.to_original_dict() == model.config.to_original_dict()
+    assert model.config.mem_len == MEM  # the model's own config is untouched
+
+
+def test_mirrored_strategy_matches_default(background):
+    out, err = _wait(background["mirrored"])
+    lines = [l for l in out.splitlines() if l.startswith("REPORT ")]
+    assert lines, err[-3000:]
+    rep = json.loads(lines[-1][len("REPORT "):])
+    for name in ("k2",):
+        r = rep[name]
+        assert r["loss"] < 1e-5 and r["mem"] < 1e-5 and r["weights"] < 1e-4, (name, r)
+        assert r["mem_norm"] > 0
+    assert rep["bi"]["loss"] < 1e-5 and rep["bi"]["mem"] < 1e-5, rep["bi"]
+    assert rep["restore"] == 0.0
+
+
+def test_cli_smoke_and_backbone_loads_into_task_model(background):
+    from heads.classification import ClassificationHead
+    from xlnet_tf.config import XLNetConfig
+    from xlnet_tf.task_model import TaskModel
+
+    out_dir = background["cli_out"]
+    out, err = _wait(background["cli"])
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["step"] == 4 and summary["heldout_loss_end"] > 0 and summary["unigram_loss"] > 0
+    with open(os.path.join(out_dir, "train", "pretrain_results.json")) as f:
+        res = json.load(f)
+    assert [h["step"] for h in res["heldout"]] == [0, 2, 4] and len(res["train_history"]) == 4
+    assert "held-out step 4" in err
+    bb = os.path.join(out_dir, "pretrained")
+    assert os.path.isfile(os.path.join(bb, "spiece.model"))
+    config = XLNetConfig.load(bb)
+    model = TaskModel(config, ClassificationHead(config.d_model, 2, n_head=config.n_head, d_head=config.d_head))
+    model.build_with({"input_ids": np.zeros((1, 8), np.int32), "segment_ids": np.zeros((1, 8), np.int32),
+                      "padding_mask": np.ones((1, 8), np.int32)})
+    model.load_init_checkpoint(bb)
+    ckpt = tf.train.load_checkpoint(os.path.join(bb, "xlnet_model.ckpt"))
+    names = [n for n in ckpt.get_variable_to_shape_map() if n.endswith("word_embedding/lookup_table")]
+    np.testing.assert_array_equal(model.backbone.word_embedding.numpy(), ckpt.get_tensor(names[0]))
+    assert ckpt.get_tensor("model/lm_loss/bias").any()  # the trained LM bias is saved too
+
+
+if __name__ == "__main__":
+    {"mirrored": _mirrored_report}[sys.argv[1]](*sys.argv[2:])

@@ -1,0 +1,510 @@
+"""Training-memory estimator for XLNet fine-tuning: what each memory lever buys before you run out of memory.
+
+    python -m xlnet_tf.memory --config=large --seq_len=512 --batch=1 --precision=mixed_bfloat16 --recompute
+    python -m xlnet_tf.memory --config=base --seq_len=512 --batch=8 --num_trainable_layers=4 --grad_accum_steps=4
+
+``estimate(config, seq_len, batch, precision, recompute, num_trainable_layers, ...) -> dict`` is the function
+behind the CLI and ``benchmarks/memory_levers.py`` (which checks it against the allocator's measured peak).
+It imports no TensorFlow. Sizes are bytes; 1 MiB = 2**20 bytes.
+
+The model (one replica, one optimizer update of ``batch`` examples, ``grad_accum_steps`` micro-batches)
+------------------------------------------------------------------------------------------------------
+*Persistent* (alive across steps):
+
+* parameters: every variable of the backbone + head in float32. Keras' mixed policies keep variables in
+  float32 (they are the "master weights"); the compute-dtype copies are casts made inside the step (below).
+* optimizer state: Adam(W) keeps ``m`` and ``v`` (float32) for the *trainable* variables only: the trainer builds
+  its slots for the ``num_trainable_layers`` subset, so frozen variables cost no optimizer memory.
+
+*Step memory* (allocated and freed inside one training step; its peak is what the levers change):
+
+* gradients: float32, one per trainable variable (the word-embedding gradient is a dense [n_token, d] tensor:
+  the trainer densifies it). With ``grad_accum_steps > 1`` an accumulator of the same size lives through the step.
+* activations kept for the backward pass, per *trainable* block, derived from the ops of ``layers.py``
+  (b = micro-batch, q = k = seq_len, r = k + q relative positions, n heads x d_head, a = compute-dtype bytes):
+
+  ============================================  =====================  =========================================
+  tensor                                         shape                  why autodiff keeps it
+  ============================================  =====================  =========================================
+  q + r_w_bias, q + r_r_bias, q + r_s_bias       3 x [b, n, q, d_head]  operands of the AC / BD / EF matmuls
+  k_head, v_head                                 2 x [b, n, k, d_head]  operands of AC and prob.v
+  kr = R.W_r                                     [n, r, d_head]         operand of the BD matmul ([b,n,q,r] BD
+                                                                        itself is only a temporary: rel_shift is
+                                                                        a reshape/slice, its gradient needs none)
+  softmax output                                 [b, n, q, k] float32   softmax gradient (always float32: the
+                                                                        scores are upcast before the softmax)
+  attention-dropout random values / mask         [b, n, q, k]           dropout gradient (XLA keeps the uniform
+                                                                        draws, a bytes; TF graph mode a bool mask)
+  dropped probabilities                          [b, n, q, k]           operand of prob.v
+  attention vector                               [b, q, n*d_head]       operand of the o projection
+  2 output-dropout draws (attention, FFN)        2 x [b, q, d]          dropout gradients
+  LayerNorm inputs and outputs (2 LNs)           4 x [b, q, d]          LN gradient (XLA recomputes x-mean etc.
+                                                                        from the input; TF graph mode also keeps
+                                                                        3 float32 intermediates per LN)
+  FFN pre-activation, tanh(.), dropout draws,    4 x [b, q, d_inner]    GELU (tanh form) gradient, dropout,
+  dropped activation                                                    operand of layer_2 (graph mode: also
+                                                                        0.5x and 1+tanh)
+  mixed precision: compute-dtype weight copies   q,k,v,o,ff1,ff2        d(input) = d(out).W^T needs the cast W
+  ============================================  =====================  =========================================
+
+  Once per step: the dropped positional encodings [r, d] (operand of W_r's gradient), the embedding output and
+  dropout draws, the boolean segment/attention masks [b, q, k], the head's activations.
+* frozen bottom layers (``num_trainable_layers=N``): the tape only records ops that depend on a trainable
+  variable, so blocks below the first trainable block keep nothing; only the input of the lowest trainable
+  block is kept.
+* ``recompute``: each block runs under ``tf.recompute_grad``: the forward keeps only the block's input
+  [b, q, d]; the backward re-runs one block at a time, so one block's activations exist at a time.
+* workspace: temporaries that are never kept: the forward attention scores (AC, BD [b,n,q,r] = 2x a score
+  tensor, their sum), the backward's score gradients (about 5 score-sized tensors) and, under graph mode,
+  the optimizer's per-variable temporaries.
+
+The step peak is found on a timeline, not by summing: at the end of the forward every kept activation is alive
+and no block gradient exists yet; going down the backward, block j's activations are freed as its gradients
+appear. So ``peak = max(forward, each backward block, update)``; the naive sum of the components is also
+reported (an upper bound). Backend: ``jit=True`` (the trainer's default on one device: XLA, whose buffer
+assignment fuses elementwise chains) or ``jit=False`` (TF graph mode, which keeps more intermediates).
+
+What XLA does on top (found in its buffer-assignment dumps of the real step, modelled because they decide
+the peak; both are properties of this implementation, not of XLNet):
+
+* ``rng_hoisting``: every block's dropout seed is known before the step runs (it does not depend on the
+  data), so XLA draws the uniform randoms of ALL blocks at the start of the step. With frozen layers the
+  forward therefore peaks at the first block with every block's draws alive; with ``recompute`` each block's
+  draws stay alive until its recomputation. (Tying each block's seed to its input, e.g. adding
+  ``where(x == x, 0, 1)`` of one element of ``h``, removes this: measured on Base, batch 2, seq 512,
+  ``num_trainable_layers=2``: XLA step peak 646 -> 370 MiB.) ``rng_hoisting=False`` estimates that variant.
+* with a mixed precision and ``grad_accum_steps > 1`` XLA hoists the (loop-invariant) weight casts out of
+  the accumulation loop: a compute-dtype copy of every weight the forward reads lives through the step.
+* ``cpu=True``: XLA:CPU has no native 16-bit matmul; it round-trips bf16/fp16 values through float32, so
+  activations are as large as in float32 (mixed precision saves no memory on CPU, and is slower there).
+
+Calibration (benchmarks/memory_levers.py; results/memory_levers.md): XLNet-Base, seq 512, batch 2, the
+trainer's XLA step on CPU, against TensorFlow's allocator peak: float32, recompute, bf16, frozen layers,
+accumulation and all levers together within -3.6%..+2.7% of the total (step peak alone -8.4%..+4.7%);
+mixed_float16 -9.2% (its loss scaling allocates ~a gradient set outside the compiled step; not modelled).
+TF graph mode (``jit=False``) is modelled from the ops but was not calibrated. The estimate counts tensors
+only: the process RSS also holds TensorFlow itself (~575 MiB after import on CPU), the XLA executable,
+compiler leftovers and allocator pools (measured: ~1.1 GB more than the allocator peak for Base).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+from xlnet_tf.config import XLNetConfig
+
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+OPTIMIZER_SLOTS = {"adamw": 2, "adam": 2, "momentum": 1, "sgd": 0}
+HEADS = ("classification", "squad", "none")
+MiB = float(2 ** 20)
+# Measured on the reference machine (benchmarks/results/memory_levers.md): RSS of a process that has imported
+# TensorFlow and run one op, plus what compiling and running the XLA step adds beyond the tensors the allocator
+# reports. A property of TF/XLA on CPU, not of the model; printed separately, never added to the estimate.
+CPU_RUNTIME_OVERHEAD_MIB = {"tensorflow_import": 575.0}
+
+
+# ====================================================================== parameters
+def block_param_count(c: XLNetConfig) -> int:
+    """Weights of one XLNetBlock (layers.py): q,k,v,r,o [d, n, d_head], 2 LayerNorms, FFN, seg_embed (+ r biases)."""
+    proj = c.d_model * c.n_head * c.d_head
+    n = 5 * proj + 2 * 2 * c.d_model                         # q k v r o, attention + FFN LayerNorm gamma/beta
+    n += c.d_model * c.d_inner + c.d_inner + c.d_inner * c.d_model + c.d_model   # layer_1, layer_2
+    n += 2 * c.n_head * c.d_head                             # seg_embed [2, n, d_head]
+    if c.untie_r:
+        n += 3 * c.n_head * c.d_head                         # r_w / r_r / r_s biases of this layer
+    return n
+
+
+def backbone_param_counts(c: XLNetConfig) -> Dict[str, int]:
+    """Variables of XLNetModel by group; ``total`` equals ``XLNetModel(c).count_params()``."""
+    groups = {
+        "word_embedding": c.n_token * c.d_model,
+        "mask_emb": c.d_model,
+        "lm_bias": c.n_token,
+        "shared_r_biases": 0 if c.untie_r else 3 * c.n_head * c.d_head,
+        "blocks": c.n_layer * block_param_count(c),
+        "dropout_seed": 2,                                   # int64 [2], non-trainable
+    }
+    groups["total"] = sum(groups.values())
+    return groups
+
+
+def _dense(n_in: int, n_out: int, bias: bool = True) -> int:
+    return n_in * n_out + (n_out if bias else 0)
+
+
+def head_param_count(c: XLNetConfig, head: str = "classification", num_labels: int = 2,
+                     hidden_sizes: Sequence[int] = (), answer_class_hidden_sizes: Sequence[int] = (),
+                     summary_type: str = "last") -> int:
+    """Trainable weights of heads/classification.py or heads/squad.py as they build."""
+    d = c.d_model
+    hidden_sizes = tuple(int(h) for h in hidden_sizes)
+    if head == "none":
+        return 0
+    if head == "classification":
+        n = _dense(d, d)                                     # sequence_summary/summary (tanh projection)
+        if summary_type == "attn":
+            n += d + 4 * d * c.n_head * c.d_head + 2 * d     # summary_bias, q k v o, LayerNorm
+        width = d
+        for h in hidden_sizes:
+            n += _dense(width, h)
+            width = h
+        return n + _dense(width, num_labels)
+    if head == "squad":
+        ans_sizes = tuple(int(h) for h in answer_class_hidden_sizes) or (d,)
+        n, width = 0, d
+        if hidden_sizes:
+            for h in hidden_sizes:                           # start MLP: Dense + LayerNorm per size
+                n += _dense(width, h) + 2 * h
+                width = h
+        n += _dense(width, 1)                                # start logit
+        width = 2 * d
+        for h in (hidden_sizes or (d,)):                     # end MLP over [H ; H_start]
+            n += _dense(width, h) + 2 * h
+            width = h
+        n += _dense(width, 1)                                # end logit
+        width = 2 * d
+        for h in ans_sizes:                                  # answer-class MLP over [start feature ; CLS]
+            n += _dense(width, h)
+            width = h
+        return n + _dense(width, 1, bias=False)
+    raise ValueError(f"head: expected one of {HEADS}, got {head!r}")
+
+
+def trainable_param_counts(c: XLNetConfig, num_trainable_layers: Optional[int], head_params: int) -> Dict[str, int]:
+    """What ``optimization.select_trainable`` returns: top N blocks + head-level variables (lm_bias, head); with
+    N >= 1 the tied r biases (depth n_layer) too. None / -1: every trainable variable (embeddings included)."""
+    bb = backbone_param_counts(c)
+    if num_trainable_layers is None or num_trainable_layers < 0:
+        blocks, emb = c.n_layer, bb["word_embedding"] + bb["mask_emb"]
+    else:
+        if num_trainable_layers > c.n_layer:
+            raise ValueError(f"num_trainable_layers={num_trainable_layers} > n_layer={c.n_layer}")
+        blocks, emb = num_trainable_layers, 0
+    shared = bb["shared_r_biases"] if blocks > 0 else 0
+    per_block = block_param_count(c)
+    out = {"embeddings": emb, "blocks": blocks * per_block, "shared_r_biases": shared, "lm_bias": bb["lm_bias"],
+           "head": head_params, "trainable_blocks": blocks}
+    out["total"] = emb + blocks * per_block + shared + bb["lm_bias"] + head_params
+    return out
+
+
+# ====================================================================== activations
+def _bytes_per(precision: str) -> int:
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision: expected one of {PRECISIONS}, got {precision!r}")
+    return 4 if precision == "float32" else 2
+
+
+def block_activations(c: XLNetConfig, seq_len: int, batch: int, precision: str, jit: bool = True,
+                      segments: bool = True, cpu: bool = False) -> List[Tuple[str, int, str]]:
+    """[(name, bytes, part)] kept for the backward pass by ONE trainable block (content stream, no memory).
+
+    ``part``: "score" ([b,n,q,k] tensors, consumed first in the attention backward), "ffn" (the FFN half,
+    freed before the attention backward starts) or "attn" (the rest). ``cpu`` with ``jit`` and a mixed
+    precision: XLA:CPU has no native 16-bit matmuls and upcasts them, so activations are kept as float32
+    (measured); the 16-bit weight copies remain."""
+    mixed = precision != "float32"
+    a = 4 if (cpu and jit) else _bytes_per(precision)
+    w = _bytes_per(precision)
+    b, q = batch, seq_len
+    k = q                                                    # no mems at fine-tuning
+    r = k + q if c.attn_type == "bi" else k + 1
+    hd = c.n_head * c.d_head
+    bqd, bkh, bqh = b * q * c.d_model, b * k * hd, b * q * hd
+    score = b * c.n_head * q * k
+    ffn = b * q * c.d_inner
+    drop, datt = c.dropout > 0, c.dropatt > 0
+    mask_b = a if jit else 1                                 # XLA keeps the uniform draws, graph mode a bool mask
+    pb = 2 if c.bi_data else 1
+    items = [
+        ("q+r_w_bias, q+r_r_bias" + (", q+r_s_bias" if segments else "") + " [b,n,q,dh]",
+         (3 if segments else 2) * bqh * a, "attn"),
+        ("k_head, v_head [b,n,k,dh]", 2 * bkh * a, "attn"),
+        ("kr = R.W_r [n,r,dh]", pb * c.n_head * r * c.d_head * a, "attn"),
+        ("softmax output [b,n,q,k] (float32)", score * 4, "score"),
+    ]
+    if datt:
+        items += [("attention dropout draws/mask [b,n,q,k]", score * mask_b, "score"),
+                  ("dropped probabilities [b,n,q,k]", score * a, "score")]
+    elif mixed:
+        items.append(("probabilities cast to compute dtype [b,n,q,k]", score * a, "score"))
+    items.append(("attention vector [b,q,n*dh]", bqh * a, "attn"))
+    if drop:
+        items += [("attention-out dropout draws/mask [b,q,d]", bqd * mask_b, "attn"),
+                  ("FFN-out dropout draws/mask [b,q,d]", bqd * mask_b, "ffn")]
+    items += [("attention LayerNorm input + output 2x[b,q,d]", 2 * bqd * a, "attn"),
+              ("FFN LayerNorm input + output 2x[b,q,d]", 2 * bqd * a, "ffn")]
+    if not jit:
+        items += [("attention LayerNorm float32 intermediates 3x[b,q,d]", 3 * bqd * 4, "attn"),
+                  ("FFN LayerNorm float32 intermediates 3x[b,q,d]", 3 * bqd * 4, "ffn")]
+    gelu = 2 if jit else 4                                   # pre-activation + tanh (graph: also 0.5x, 1+tanh)
+    items.append((f"FFN pre-activation + GELU internals {gelu}x[b,q,d_inner]", gelu * ffn * a, "ffn"))
+    if drop:
+        items += [("FFN dropout draws/mask [b,q,d_inner]", ffn * mask_b, "ffn"),
+                  ("dropped FFN activation [b,q,d_inner]", ffn * a, "ffn")]
+    if mixed:
+        items += [("compute-dtype weight copies q,k,v,o", 4 * c.d_model * hd * w, "attn"),
+                  ("compute-dtype weight copies layer_1, layer_2", 2 * c.d_model * c.d_inner * w, "ffn")]
+    items.append(("LayerNorm statistics 2x2x[b,q,1] (float32)", 4 * b * q * 4, "attn"))
+    return items
+
+
+def head_activations(c: XLNetConfig, seq_len: int, batch: int, precision: str, head: str,
+                     hidden_sizes: Sequence[int] = ()) -> int:
+    a = _bytes_per(precision)
+    bq = batch * seq_len
+    if head == "squad":  # start logits over H; end MLP over [H ; H_start]: dense out, tanh, LayerNorm (float32)
+        widths = tuple(hidden_sizes) or (c.d_model,)
+        n = bq * c.d_model * a                               # H (dropped sequence output), operand of every dense
+        for w in widths:
+            n += bq * w * (2 * a + 2 * 4)
+        if hidden_sizes:
+            for w in hidden_sizes:
+                n += bq * w * (2 * a + 2 * 4)
+        return n
+    if head == "classification":
+        return batch * c.d_model * 4 * 8
+    return 0
+
+
+def workspace(c: XLNetConfig, seq_len: int, batch: int, precision: str, jit: bool = True,
+              cpu: bool = False) -> Dict[str, int]:
+    """Temporaries never kept: the largest transient of a block's forward and of its backward."""
+    mixed = precision != "float32" and not (cpu and jit)
+    a = 4 if (cpu and jit) else _bytes_per(precision)
+    b, q = batch, seq_len
+    k = q
+    r = k + q if c.attn_type == "bi" else k + 1
+    score = b * c.n_head * q * k
+    bd = b * c.n_head * q * r
+    bqd = b * q * c.d_model
+    ffn = b * q * c.d_inner
+    # forward: AC, BD (before rel_shift), their sum, the float32 copy fed to the softmax (mixed)
+    fwd = score * a + bd * a + score * a + (score * 4 if mixed else 0)
+    # backward of the attention: gradient of BD (padded back to [b,n,q,r]), ~3 score-sized gradients, a few
+    # [b,q,d]; of the FFN: ~3 [b,q,d_inner] gradients
+    attn = bd * a + 3 * score * a + 3 * bqd * a
+    if not jit:
+        attn += score * 4                                    # graph mode: float32 softmax gradient alongside
+    return {"forward": fwd, "backward_attention": attn, "backward_ffn": 3 * ffn * a + 3 * bqd * a}
+
+
+# ====================================================================== the estimate
+def estimate(config: Union[XLNetConfig, str, dict], seq_len: int, batch: int, precision: str = "float32",
+             recompute: bool = False, num_trainable_layers: Optional[int] = None, grad_accum_steps: int = 1,
+             optimizer: str = "adamw", head: str = "classification", num_labels: int = 2,
+             head_hidden_sizes: Sequence[int] = (), answer_class_hidden_sizes: Sequence[int] = (),
+             jit: bool = True, segments: bool = True, rng_hoisting: Optional[bool] = None,
+             cpu: bool = False) -> Dict:
+    """Estimated training memory of one replica. ``batch`` = examples per optimizer update (per replica);
+    each of the ``grad_accum_steps`` micro-batches holds ``ceil(batch / grad_accum_steps)``. Returns a dict of
+    bytes (see the module docstring for the model); ``total`` = parameters + optimizer state + step peak."""
+    c = _as_config(config)
+    if optimizer not in OPTIMIZER_SLOTS:
+        raise ValueError(f"optimizer: expected one of {sorted(OPTIMIZER_SLOTS)}, got {optimizer!r}")
+    if seq_len < 1 or batch < 1 or grad_accum_steps < 1:
+        raise ValueError("seq_len, batch and grad_accum_steps must be >= 1")
+    if num_trainable_layers is not None and num_trainable_layers < 0:
+        num_trainable_layers = None
+    micro = int(math.ceil(batch / grad_accum_steps))
+    a = _bytes_per(precision)
+    bb = backbone_param_counts(c)
+    hp = head_param_count(c, head, num_labels, head_hidden_sizes, answer_class_hidden_sizes)
+    tp = trainable_param_counts(c, num_trainable_layers, hp)
+    n_params = bb["total"] + hp
+    param_bytes = 4 * (n_params - bb["dropout_seed"]) + 8 * bb["dropout_seed"]
+    opt_bytes = 4 * OPTIMIZER_SLOTS[optimizer] * tp["total"]
+
+    # ---- gradients (float32, trainable variables only)
+    g_block = 4 * block_param_count(c)
+    g_emb = 4 * tp["embeddings"]
+    g_other = 4 * (tp["head"] + tp["lm_bias"] + tp["shared_r_biases"])
+    n_tr = tp["trainable_blocks"]
+    grads = g_emb + g_other + n_tr * g_block
+    accum = grads if grad_accum_steps > 1 else 0
+    # XLA hoists the loop-invariant casts of the weights out of the accumulation loop: with a mixed precision
+    # and accumulation, a compute-dtype copy of every weight the forward reads lives through the step (on
+    # XLA:CPU a float32 one: it round-trips 16-bit values through float32).
+    hoisted_casts = 0
+    if jit and precision != "float32" and grad_accum_steps > 1:
+        used = bb["word_embedding"] + bb["blocks"] + bb["shared_r_biases"] + hp
+        hoisted_casts = used * (4 if cpu else _bytes_per(precision))
+    accum += hoisted_casts
+
+    # ---- activations (per micro-batch)
+    per_block_items = block_activations(c, seq_len, micro, precision, jit, segments, cpu)
+    a_block = sum(v for _, v, _ in per_block_items)
+    a_attn = sum(v for _, v, part in per_block_items if part == "attn")   # left when the score grads appear
+    draws = sum(v for name, v, _ in per_block_items if "draws" in name)   # one block's dropout draws
+    if rng_hoisting is None:
+        rng_hoisting = bool(jit)
+    hoist = bool(rng_hoisting) and draws > 0
+    bqd = micro * seq_len * c.d_model
+    mask_b = (4 if cpu else a) if jit else 1
+    r = 2 * seq_len if c.attn_type == "bi" else seq_len + 1
+    shared = 0
+    if n_tr > 0 or tp["embeddings"]:
+        shared += (2 if c.bi_data else 1) * r * c.d_model * (a + mask_b)   # dropped positional encodings + draws
+        shared += 2 * micro * seq_len * seq_len * (1 if segments else 0.5)  # bool segment-diff / attention masks
+        shared += bqd * a                                    # input of the lowest trainable block
+        if tp["embeddings"] and c.dropout > 0:
+            shared += bqd * mask_b                           # embedding dropout draws
+        shared += bqd * mask_b                               # dropout on the sequence output (head input)
+    head_act = head_activations(c, seq_len, micro, precision, head, head_hidden_sizes)
+    kept_per_block = micro * seq_len * c.d_model * a if recompute else a_block   # recompute: the block input only
+    if recompute and hoist:
+        kept_per_block += draws      # drawn at the step's start, alive until the block's recomputation uses them
+    acts_kept = shared + head_act + n_tr * kept_per_block
+    ws = workspace(c, seq_len, micro, precision, jit, cpu)
+    largest = max(c.d_model * c.d_inner if n_tr else 0, tp["embeddings"] and c.n_token * c.d_model, hp)
+    opt_tmp = 4 * largest * (1 if jit else 2)               # per-variable temporaries of clipping / Adam
+
+    # ---- the step's timeline (see module docstring)
+    phases = {}
+    # forward, at the top block's attention scores (its FFN half does not exist yet); then after the head
+    below_top = max(n_tr - 1, 0) * kept_per_block
+    phases["forward"] = accum + shared + below_top + (a_attn if n_tr else 0) + ws["forward"]
+    phases["forward end"] = accum + acts_kept + (a_block - kept_per_block if recompute and n_tr else 0)
+    if hoist:  # XLA draws every block's dropout randoms before the first block runs
+        phases["forward, first block"] = accum + shared + c.n_layer * draws + ws["forward"]
+    # XLA allocates the dense embedding gradient up front; with accumulation each micro-batch's gradients are
+    # added into the accumulator as they appear (only the current block's exist on their own).
+    emb_early = g_emb if jit and grad_accum_steps == 1 else 0
+    for j in range(n_tr):                                    # j = 0 is the top trainable block
+        below = n_tr - j - 1                                 # trainable blocks still holding their activations
+        done = 0 if grad_accum_steps > 1 else j              # gradients of the blocks above, on their own
+        base = accum + shared + head_act + g_other + emb_early + below * kept_per_block
+        ffn_moment = base + done * g_block + a_block + ws["backward_ffn"]
+        attn_moment = base + (done + 1) * g_block + a_attn + ws["backward_attention"]
+        phases[f"backward block {n_tr - j}/{n_tr}"] = max(ffn_moment, attn_moment)
+    phases["update"] = accum + grads + opt_tmp
+    peak_phase = max(phases, key=phases.get)
+    step_peak = phases[peak_phase]
+
+    act_total = acts_kept + (a_block if recompute and n_tr else 0)
+    components = {
+        "parameters": param_bytes,
+        "gradients": grads + (grads if grad_accum_steps > 1 else 0),
+        "optimizer_state": opt_bytes,
+        "activations": act_total,
+        "workspace": max(max(ws.values()), opt_tmp),
+    }
+    if hoisted_casts:
+        components["weight_casts"] = hoisted_casts
+    return {
+        "config": c.to_original_dict(), "seq_len": seq_len, "batch": batch, "micro_batch": micro,
+        "grad_accum_steps": grad_accum_steps, "precision": precision, "recompute": bool(recompute),
+        "num_trainable_layers": num_trainable_layers, "optimizer": optimizer, "head": head, "jit": bool(jit),
+        "cpu": bool(cpu),
+        "param_count": n_params, "trainable_param_count": tp["total"], "trainable_blocks": n_tr,
+        "param_groups": bb, "head_param_count": hp, "rng_hoisting": hoist, "dropout_draws_per_block": draws,
+        **components,
+        "activations_per_block": a_block, "activations_per_block_items": per_block_items,
+        "activations_kept_per_block": kept_per_block, "activations_shared": shared, "activations_head": head_act,
+        "gradient_accumulator": grads if grad_accum_steps > 1 else 0, "hoisted_weight_casts": hoisted_casts, "workspace_items": {**ws, "optimizer_update": opt_tmp},
+        "phases": phases, "peak_phase": peak_phase, "step_peak": step_peak,
+        "persistent": param_bytes + opt_bytes,
+        "total": param_bytes + opt_bytes + step_peak,
+        "sum_of_components": sum(components.values()),
+    }
+
+
+def _as_config(config) -> XLNetConfig:
+    if isinstance(config, XLNetConfig):
+        return config
+    if isinstance(config, dict):
+        return XLNetConfig.from_dict(config)
+    return XLNetConfig.load(str(config))
+
+
+# ====================================================================== CLI
+def _mib(x: float) -> str:
+    return f"{x / MiB:,.1f} MiB"
+
+
+def format_table(e: Dict) -> str:
+    c = e["config"]
+    lines = [f"XLNet n_layer={c['n_layer']} d_model={c['d_model']} n_head={c['n_head']} d_inner={c['d_inner']} "
+             f"vocab={c['n_token']}; seq {e['seq_len']}, batch {e['batch']} (micro-batch {e['micro_batch']} x "
+             f"{e['grad_accum_steps']}), {e['precision']}, recompute={e['recompute']}, trainable blocks "
+             f"{e['trainable_blocks']}/{c['n_layer']}, optimizer {e['optimizer']}, head {e['head']}, "
+             f"{'XLA' if e['jit'] else 'TF graph mode'}{' on CPU' if e['cpu'] else ''}", ""]
+    rows = [
+        ("parameters", f"{e['param_count']:,} ({e['trainable_param_count']:,} trainable), float32", e["parameters"]),
+        ("gradients", "float32, trainable variables" + (" + accumulator" if e["gradient_accumulator"] else ""),
+         e["gradients"]),
+        ("optimizer state", f"{OPTIMIZER_SLOTS[e['optimizer']]} float32 slot(s) per trainable variable",
+         e["optimizer_state"]),
+        ("activations", (f"{e['trainable_blocks']} x {_mib(e['activations_kept_per_block'])} kept"
+                         + (f" + 1 block recomputed ({_mib(e['activations_per_block'])})" if e["recompute"] else "")
+                         + f" + shared/head {_mib(e['activations_shared'] + e['activations_head'])}"),
+         e["activations"]),
+        ("workspace", "largest transient (attention scores / their gradients / update)", e["workspace"]),
+    ]
+    if e["hoisted_weight_casts"]:
+        rows.append(("weight casts", "compute-dtype weight copies hoisted out of the accumulation loop (XLA)",
+                     e["hoisted_weight_casts"]))
+    w = max(len(r[0]) for r in rows) + 2
+    for name, note, val in rows:
+        lines.append(f"  {name:<{w}}{_mib(val):>14}   {note}")
+    lines.append("  " + "-" * (w + 14))
+    lines.append(f"  {'sum of the above':<{w}}{_mib(e['sum_of_components']):>14}   upper bound (not all alive at once)")
+    lines.append(f"  {'estimated peak':<{w}}{_mib(e['total']):>14}   parameters + optimizer state + step peak "
+                 f"({_mib(e['step_peak'])} at {e['peak_phase']})")
+    lines.append("")
+    lines.append(f"Per trainable block ({_mib(e['activations_per_block'])}):")
+    for name, val, _ in e["activations_per_block_items"]:
+        lines.append(f"    {_mib(val):>12}  {name}")
+    lines.append("")
+    lines.append(f"Not included: the framework itself (TensorFlow after import ~{CPU_RUNTIME_OVERHEAD_MIB['tensorflow_import']:.0f} MiB "
+                 "RSS on CPU; XLA executables, compiler and allocator slack: see benchmarks/results/memory_levers.md).")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m xlnet_tf.memory", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", default="base", help="preset (tiny/small/base/large), a config json or a directory")
+    p.add_argument("--seq_len", type=int, default=512)
+    p.add_argument("--batch", type=int, default=1, help="examples per optimizer update (per replica)")
+    p.add_argument("--precision", default="float32", choices=PRECISIONS)
+    p.add_argument("--recompute", action="store_true")
+    p.add_argument("--num_trainable_layers", type=int, default=-1, help="train only the top N blocks (-1: all)")
+    p.add_argument("--grad_accum_steps", type=int, default=1)
+    p.add_argument("--optimizer", default="adamw", choices=sorted(OPTIMIZER_SLOTS))
+    p.add_argument("--head", default="classification", choices=HEADS)
+    p.add_argument("--num_labels", type=int, default=2)
+    p.add_argument("--head_hidden_sizes", default="", help="comma list, e.g. 512,384")
+    p.add_argument("--answer_class_hidden_sizes", default="", help="SQuAD head, comma list, e.g. 256")
+    p.add_argument("--jit", default="true", choices=["true", "false"], help="XLA (the trainer's default) or not")
+    p.add_argument("--device", default="accelerator", choices=["accelerator", "cpu"],
+                   help="cpu: XLA:CPU upcasts 16-bit matmuls, so mixed precision keeps float32 activations")
+    p.add_argument("--rng_hoisting", default="auto", choices=["auto", "true", "false"],
+                   help="auto (= --jit): XLA draws every block's dropout randoms at the start of the step "
+                        "(see the module docstring); false: the estimate without that effect")
+    p.add_argument("--json", action="store_true", help="print the estimate as json")
+    args = p.parse_args(argv)
+    sizes = lambda s: tuple(int(x) for x in s.split(",") if x.strip())  # noqa: E731
+    try:
+        e = estimate(args.config, args.seq_len, args.batch, args.precision, args.recompute,
+                     args.num_trainable_layers, args.grad_accum_steps, args.optimizer, args.head, args.num_labels,
+                     sizes(args.head_hidden_sizes), sizes(args.answer_class_hidden_sizes), jit=args.jit == "true",
+                     rng_hoisting=None if args.rng_hoisting == "auto" else args.rng_hoisting == "true",
+                     cpu=args.device == "cpu")
+    except (ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(e, indent=1))
+    else:
+        print(format_table(e))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
