@@ -215,3 +215,12 @@ def test_bad_inputs_fail_clearly_and_damage_nothing(sst2_run, config_file, tmp_p
                    extra=common + [f"--init_checkpoint={small}"]), "d_model", "64", "32")
     after = {p: _digest(p) for p in before}
     assert after == before
+
+
+def test_mirrored_with_accumulation_and_dropout_trains(config_file, tmp_path):
+    """Regression: advancing the dropout seed inside the accumulation loop must not need a cross-replica merge."""
+    run_cli("run_classifier.py", base_args("sst-2", shared_path("glue", "SST-2"), config_file, tmp_path, L=32,
+                                           steps=3, extra=["--do_train", "--grad_accum_steps=2", "--dropout=0.1",
+                                                           "--strategy=mirrored", "--num_cpu_devices=2"]))
+    history = json.loads((tmp_path / "model" / "train_history.json").read_text())
+    assert [s for s, _ in history] == [1, 2, 3] and all(np.isfinite(l) for _, l in history)

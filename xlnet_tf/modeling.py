@@ -43,9 +43,11 @@ class XLNetModel(keras.Model):
         for i, block in enumerate(self.blocks):
             setattr(self, f"layer_{i}", block)
         # Dropout seed state [seed, counter]: a weight so checkpoints (and resumed runs) carry it.
-        self.dropout_seed = self.add_weight(name="dropout_seed", shape=(2,), dtype="int64", trainable=False,
-                                            initializer=keras.initializers.Constant([int(seed), 0]),
-                                            aggregation="only_first_replica")
+        # ON_READ: each replica keeps its own counter, so advancing it needs no cross-replica merge (which is
+        # not allowed inside the training loop's gradient-accumulation while_loop); replica 0's is saved.
+        self.dropout_seed = keras.Variable(
+            keras.initializers.Constant([int(seed), 0]), shape=(2,), dtype="int64", trainable=False,
+            name="dropout_seed", aggregation="only_first_replica", synchronization="on_read")
         self.built = True
 
     # ------------------------------------------------------------------ helpers
