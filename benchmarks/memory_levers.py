@@ -300,6 +300,7 @@ def markdown(result) -> str:
         lines.append(f"| {r['label']} | failed: {r['error']} | | | | | {r['estimate_mib']:.0f} | | | |")
     errs = [abs(r["estimate_error_pct"]) for r in rows]
     step_errs = [abs(r["estimate_step_error_pct"]) for r in rows]
+    first = [r for r in rows if "estimate_at_run_mib" in r and abs(r["estimate_at_run_mib"] - r["estimate_mib"]) > 0.5]
     lines += [
         "",
         "*alloc peak*: TensorFlow's CPU allocator peak over the timed steps (every tensor incl. variables and "
@@ -312,6 +313,11 @@ def markdown(result) -> str:
         "slots and the allocator's internal fragmentation of them), vs the estimator's step peak: median error "
         f"{statistics.median(step_errs):.1f}%, worst {max(step_errs):.1f}%.",
     ]
+    if first:
+        lines += ["", "Estimates re-rendered with the current `xlnet_tf.memory`; the estimator as it was when these "
+                  "were measured said: " + "; ".join(f"{r['label']} {r['estimate_at_run_mib']:.0f} MiB "
+                                                     f"({r['estimate_at_run_error_pct']:+.1f}%)" for r in first)
+                  + "."]
     return "\n".join(lines) + "\n"
 
 

@@ -214,6 +214,11 @@ def _drop_checkpoints(out_dir: str) -> None:
             os.remove(os.path.join(model, fn))
 
 
+def _has_gpu() -> bool:
+    """Whether the runs will see an NVIDIA GPU (decides the estimator's CPU mode without importing TF here)."""
+    return os.path.exists("/proc/driver/nvidia/version") and os.environ.get("CUDA_VISIBLE_DEVICES", "x") != ""
+
+
 def estimate_point(args, p: Dict) -> Dict:
     sys.path.insert(0, ROOT)
     from xlnet_tf.config import XLNetConfig
@@ -227,7 +232,7 @@ def estimate_point(args, p: Dict) -> Dict:
                  head="squad" if args.task == "squad" else "classification", num_labels=2,
                  head_hidden_sizes=sizes(args.deep_head) if deep else (),
                  answer_class_hidden_sizes=sizes(args.deep_answer_class) if deep and args.task == "squad" else (),
-                 jit=args.jit != "false")
+                 jit=args.jit != "false", cpu=not _has_gpu())
     return {"total_mib": e["total"] / MiB, "persistent_mib": e["persistent"] / MiB,
             "step_peak_mib": e["step_peak"] / MiB, "activations_mib": e["activations"] / MiB}
 
