@@ -4,8 +4,10 @@
 For a fixed step budget, sweeps one knob at a time around a baseline and, for every point, runs the task's own
 CLI (``run_squad.py`` by default, ``run_classifier.py`` with ``--task=classification``) in a fresh subprocess,
 then records: seconds per iteration (from the run's progress lines: the trainer's steps/s, which excludes the
-first, compiling step), examples/s, the subprocess's peak RSS (``os.wait4`` rusage of that child), the memory
-estimator's prediction for the same point (``xlnet_tf.memory.estimate``; it counts tensors, the RSS also holds
+first, compiling step), examples/s, the subprocess's peak RSS (``os.wait4`` rusage of that child), TensorFlow's
+allocator peak over the whole run (GPU:0 on a GPU machine = the device peak, else CPU:0; read at exit by a
+small wrapper that runs the script unchanged; it also covers initialisation and prediction), the memory
+estimator's prediction for the training step (``xlnet_tf.memory.estimate``; it counts tensors, the RSS also holds
 the TensorFlow runtime, XLA executables and the input pipeline), and the task metric (SQuAD v2: the official
 scorer's ``best_f1`` (+ ``f1``, ``exact``); classification: the task's main metric).
 
@@ -112,9 +114,31 @@ def sizes(s: str):
     return tuple(int(x) for x in s.split(",") if x.strip())
 
 
+# Runs the task script as __main__ and, at exit, writes TensorFlow's allocator peak of the process (GPU:0 when
+# there is a GPU: the device peak; else CPU:0) to $XLNET_TRADEOFF_MEM. The script itself is unchanged.
+WRAPPER = """
+import atexit, json, os, runpy, sys
+def _report():
+    tf = sys.modules.get("tensorflow")
+    if tf is None:
+        return
+    try:
+        dev = "GPU:0" if tf.config.list_physical_devices("GPU") else "CPU:0"
+        info = tf.config.experimental.get_memory_info(dev)
+        with open(os.environ["XLNET_TRADEOFF_MEM"], "w") as f:
+            json.dump({"device": dev, "peak": int(info["peak"]), "current": int(info["current"])}, f)
+    except Exception as e:
+        print("tradeoff wrapper: no allocator statistics:", e, file=sys.stderr)
+atexit.register(_report)
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
 def command(args, p: Dict, out_dir: str, data: Dict) -> List[str]:
     L = p["seq_len"]
-    cmd = [sys.executable, os.path.join(ROOT, "run_squad.py" if args.task == "squad" else "run_classifier.py")]
+    cmd = [sys.executable, "-c", WRAPPER,
+           os.path.join(ROOT, "run_squad.py" if args.task == "squad" else "run_classifier.py")]
     common = [f"--spiece_model_file={args.spiece_model_file}", f"--model_config_path={args.model_config_path}",
               f"--output_dir={out_dir}", f"--cache_dir={os.path.join(args.work_dir, 'cache')}",
               f"--max_seq_length={L}", f"--train_batch_size={args.train_batch_size}",
@@ -148,7 +172,7 @@ def run_point(args, p: Dict, data: Dict, log_dir: str) -> Dict:
     if args.resume and os.path.isfile(saved):
         with open(saved) as f:
             old = json.load(f)
-        if old.get("command") == cmd[1:]:
+        if old.get("command") == cmd[3:]:
             print(f"    reusing {saved}", flush=True)
             return old
     shutil.rmtree(out_dir, ignore_errors=True)
@@ -156,10 +180,12 @@ def run_point(args, p: Dict, data: Dict, log_dir: str) -> Dict:
     log_path = os.path.join(log_dir, f"{name}.log")
     env = dict(os.environ)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    mem_path = os.path.join(out_dir, "allocator_peak.json")
+    env["XLNET_TRADEOFF_MEM"] = mem_path
     load0 = os.getloadavg()[0]
     t0 = time.time()
     with open(log_path, "w") as log:
-        log.write(" ".join(cmd) + "\n\n")
+        log.write(" ".join(cmd[3:]) + "\n\n")
         log.flush()
         import subprocess
 
@@ -170,9 +196,13 @@ def run_point(args, p: Dict, data: Dict, log_dir: str) -> Dict:
     with open(log_path) as f:
         text = f.read()
     rates = RATE_RE.findall(text)
-    res = {"point": p, "name": name, "command": cmd[1:], "returncode": proc.returncode, "wall_s": wall,
+    res = {"point": p, "name": name, "command": cmd[3:], "returncode": proc.returncode, "wall_s": wall,
            "peak_rss_mib": usage.ru_maxrss / 1024.0, "load1_start": load0, "load1_end": os.getloadavg()[0],
            "log": os.path.relpath(log_path, ROOT)}
+    if os.path.isfile(mem_path):
+        with open(mem_path) as f:
+            mem = json.load(f)
+        res["allocator_device"], res["allocator_peak_mib"] = mem["device"], mem["peak"] / MiB
     if rates:
         step, total, loss, rate = rates[-1]
         rate = float(rate)
@@ -249,7 +279,7 @@ def label(knob: str, v) -> str:
 def write_csv(path: str, rows: List[Dict]) -> None:
     cols = ["knob", "value", "name", "seq_len", "num_trainable_layers", "head", "precision", "recompute",
             "grad_accum_steps", "metric_name", "metric", "f1", "exact", "best_f1", "s_per_iter", "examples_per_s",
-            "peak_rss_mib", "estimate_mib", "estimate_step_peak_mib", "wall_s", "first_loss", "last_loss",
+            "peak_rss_mib", "allocator_peak_mib", "estimate_mib", "estimate_step_peak_mib", "wall_s", "first_loss", "last_loss",
             "load1_start", "load1_end", "returncode"]
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
@@ -260,7 +290,9 @@ def write_csv(path: str, rows: List[Dict]) -> None:
             w.writerow([r["knob"], label(r["knob"], r["value"]), r["name"], p["seq_len"], p["num_trainable_layers"],
                         p["head"], p["precision"], p["recompute"], p["grad_accum_steps"], r.get("metric_name"),
                         r.get("metric"), ev.get("f1"), ev.get("exact"), ev.get("best_f1"), r.get("s_per_iter"),
-                        r.get("examples_per_s"), round(r["peak_rss_mib"], 1), round(r["estimate"]["total_mib"], 1),
+                        r.get("examples_per_s"), round(r["peak_rss_mib"], 1),
+                        None if r.get("allocator_peak_mib") is None else round(r["allocator_peak_mib"], 1),
+                        round(r["estimate"]["total_mib"], 1),
                         round(r["estimate"]["step_peak_mib"], 1), round(r["wall_s"], 1), r.get("first_loss"),
                         r.get("last_loss"), r["load1_start"], r["load1_end"], r["returncode"]])
 
@@ -287,8 +319,12 @@ def plot(rows: List[Dict], knob: str, path: str, title: str) -> None:
         ax.set_ylabel(name)
     ax = axes[2]
     ax.plot(xpos, [r["peak_rss_mib"] for r in pts], "o-", color="tab:green", label="peak RSS (measured)")
+    alloc = [(x, r["allocator_peak_mib"]) for x, r in zip(xpos, pts) if r.get("allocator_peak_mib")]
+    if alloc:
+        ax.plot([x for x, _ in alloc], [y for _, y in alloc], "^-", color="tab:purple",
+                label="allocator peak, whole run (measured)")
     ax.plot(xpos, [r["estimate"]["total_mib"] for r in pts], "s--", color="tab:gray",
-            label="tensors (xlnet_tf.memory)")
+            label="training step (xlnet_tf.memory)")
     ax.set_ylabel("MiB")
     ax.legend(fontsize=8)
     for ax in axes:
@@ -306,7 +342,8 @@ def plot(rows: List[Dict], knob: str, path: str, title: str) -> None:
 
 
 def print_table(rows: List[Dict]) -> None:
-    hdr = f"{'knob':<22}{'value':>9}{'metric':>9}{'s/iter':>9}{'ex/s':>8}{'RSS MiB':>9}{'est MiB':>9}{'loss':>16}"
+    hdr = (f"{'knob':<22}{'value':>9}{'metric':>9}{'s/iter':>9}{'ex/s':>8}{'RSS MiB':>9}{'alloc MiB':>10}"
+           f"{'est MiB':>9}{'loss':>16}")
     print(hdr)
     print("-" * len(hdr))
     for r in rows:
@@ -314,7 +351,8 @@ def print_table(rows: List[Dict]) -> None:
         loss = (f"{r['first_loss']:.2f}->{r['last_loss']:.2f}" if r.get("first_loss") is not None else "-")
         print(f"{r['knob']:<22}{label(r['knob'], r['value']):>9}{fmt(r.get('metric'), '.2f'):>9}"
               f"{fmt(r.get('s_per_iter'), '.3f'):>9}{fmt(r.get('examples_per_s'), '.1f'):>8}"
-              f"{r['peak_rss_mib']:>9.0f}{r['estimate']['total_mib']:>9.0f}{loss:>16}"
+              f"{r['peak_rss_mib']:>9.0f}{fmt(r.get('allocator_peak_mib'), '.0f'):>10}"
+              f"{r['estimate']['total_mib']:>9.0f}{loss:>16}"
               + ("" if r["returncode"] == 0 else f"  FAILED: {r.get('error', '')[:60]}"))
 
 
