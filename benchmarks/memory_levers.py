@@ -258,9 +258,11 @@ def print_table(rows, base_name="baseline"):
     print("-" * len(hdr))
     for r in rows:
         xla = f"{r['xla_peak_mib']:.0f}" if r["xla_peak_mib"] else "-"
-        print(f"{r['label']:<48}{r['median_s_per_iter']:>8.2f}{r['median_s_per_iter'] / base['median_s_per_iter']:>7.2f}x"
+        ratio = r["median_s_per_iter"] / base["median_s_per_iter"]
+        print(f"{r['label']:<48}{r['median_s_per_iter']:>8.2f}{ratio:>7.2f}x"
               f"{r['alloc_peak_mib']:>12.0f}{xla:>10}{r['estimate_mib']:>10.0f}{r['estimate_error_pct']:>+6.1f}%"
-              f"{r['measured_step_mib']:>10.0f}{r['estimate_step_peak_mib']:>9.0f}{r['estimate_step_error_pct']:>+6.1f}%"
+              f"{r['measured_step_mib']:>10.0f}{r['estimate_step_peak_mib']:>9.0f}"
+              f"{r['estimate_step_error_pct']:>+6.1f}%"
               f"{r['rss_peak_above_import_mib']:>10.0f}{r['rss_steady_above_import_mib']:>11.0f}")
     print("(MiB; alloc/XLA/estimate include variables + optimizer slots; RSS columns minus the RSS after "
           "importing TensorFlow)")
@@ -291,7 +293,8 @@ def markdown(result) -> str:
         ld = r["load1_during"]
         xla = f"{r['xla_peak_mib']:.0f}" if r["xla_peak_mib"] else "-"
         lines.append(
-            f"| {r['label']} | {r['median_s_per_iter']:.2f} | {r['median_s_per_iter'] / base['median_s_per_iter']:.2f}x | "
+            f"| {r['label']} | {r['median_s_per_iter']:.2f} | "
+            f"{r['median_s_per_iter'] / base['median_s_per_iter']:.2f}x | "
             f"{min(ld):.1f}-{max(ld):.1f} | {r['alloc_peak_mib']:.0f} | {xla} | {r['estimate_mib']:.0f} "
             f"({r['estimate_error_pct']:+.1f}%) | {r['measured_step_mib']:.0f} / {r['estimate_step_peak_mib']:.0f} "
             f"({r['estimate_step_error_pct']:+.1f}%) | {r['rss_peak_above_import_mib']:.0f} | "

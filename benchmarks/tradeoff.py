@@ -107,7 +107,8 @@ def knob_values(args, knob: str) -> List:
 
 def point_name(p: Dict) -> str:
     return (f"L{p['seq_len']}_ntl{p['num_trainable_layers']}_{p['head']}_{p['precision']}"
-            f"{'_rc' if p['recompute'] else ''}{'_acc' + str(p['grad_accum_steps']) if p['grad_accum_steps'] > 1 else ''}")
+            f"{'_rc' if p['recompute'] else ''}"
+            f"{'_acc' + str(p['grad_accum_steps']) if p['grad_accum_steps'] > 1 else ''}")
 
 
 def sizes(s: str):
@@ -279,7 +280,8 @@ def label(knob: str, v) -> str:
 def write_csv(path: str, rows: List[Dict]) -> None:
     cols = ["knob", "value", "name", "seq_len", "num_trainable_layers", "head", "precision", "recompute",
             "grad_accum_steps", "metric_name", "metric", "f1", "exact", "best_f1", "s_per_iter", "examples_per_s",
-            "peak_rss_mib", "allocator_peak_mib", "estimate_mib", "estimate_step_peak_mib", "wall_s", "first_loss", "last_loss",
+            "peak_rss_mib", "allocator_peak_mib", "estimate_mib", "estimate_step_peak_mib", "wall_s", "first_loss",
+            "last_loss",
             "load1_start", "load1_end", "returncode"]
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
@@ -456,7 +458,8 @@ def main(argv=None):
     rows = [dict(done[point_name(pt)], knob=k, value=v) for k, v, pt in plan]
     print()
     print_table(rows)
-    title_base = (f"{args.task} · {args.model_config_path}{' + ' + os.path.basename(args.init_checkpoint) if args.init_checkpoint else ' (random init)'}"
+    init = " + " + os.path.basename(args.init_checkpoint) if args.init_checkpoint else " (random init)"
+    title_base = (f"{args.task} · {args.model_config_path}{init}"
                   f" · {args.train_steps} steps x {args.train_batch_size}")
     figures = []
     for k in knobs:

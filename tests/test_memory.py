@@ -244,7 +244,8 @@ def test_cli_table_and_json(capsys, tmp_path):
 
 def test_cli_subprocess():
     proc = subprocess.run([sys.executable, "-m", "xlnet_tf.memory", "--config=large", "--seq_len=512", "--batch=1",
-                           "--precision=float32", "--optimizer=adamw", "--head=none"], cwd=ROOT, capture_output=True, text=True,
+                           "--precision=float32", "--optimizer=adamw", "--head=none"], cwd=ROOT, capture_output=True,
+                          text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "estimated peak" in proc.stdout and "360,300,802" in proc.stdout

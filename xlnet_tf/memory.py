@@ -345,18 +345,19 @@ def estimate(config: Union[XLNetConfig, str, dict], seq_len: int, batch: int, pr
         rng_hoisting = bool(jit)
     hoist = bool(rng_hoisting) and draws > 0
     bqd = micro * seq_len * c.d_model
-    mask_b = (4 if cpu else a) if jit else 1
+    a_act = 4 if (cpu and jit) else a                        # XLA:CPU keeps 16-bit activations as float32
+    mask_b = a_act if jit else 1
     r = 2 * seq_len if c.attn_type == "bi" else seq_len + 1
     shared = 0
     if n_tr > 0 or tp["embeddings"]:
-        shared += (2 if c.bi_data else 1) * r * c.d_model * (a + mask_b)   # dropped positional encodings + draws
+        shared += (2 if c.bi_data else 1) * r * c.d_model * (a_act + mask_b)   # dropped pos. encodings + draws
         shared += 2 * micro * seq_len * seq_len * (1 if segments else 0.5)  # bool segment-diff / attention masks
-        shared += bqd * a                                    # input of the lowest trainable block
+        shared += bqd * a_act                                # input of the lowest trainable block
         if tp["embeddings"] and c.dropout > 0:
             shared += bqd * mask_b                           # embedding dropout draws
         shared += bqd * mask_b                               # dropout on the sequence output (head input)
     head_act = head_activations(c, seq_len, micro, precision, head, head_hidden_sizes)
-    kept_per_block = micro * seq_len * c.d_model * a if recompute else a_block   # recompute: the block input only
+    kept_per_block = bqd * a_act if recompute else a_block   # recompute: only the block input is kept
     if recompute and hoist:
         kept_per_block += draws      # drawn at the step's start, alive until the block's recomputation uses them
     acts_kept = shared + head_act + n_tr * kept_per_block
@@ -406,7 +407,8 @@ def estimate(config: Union[XLNetConfig, str, dict], seq_len: int, batch: int, pr
         **components,
         "activations_per_block": a_block, "activations_per_block_items": per_block_items,
         "activations_kept_per_block": kept_per_block, "activations_shared": shared, "activations_head": head_act,
-        "gradient_accumulator": grads if grad_accum_steps > 1 else 0, "hoisted_weight_casts": hoisted_casts, "workspace_items": {**ws, "optimizer_update": opt_tmp},
+        "gradient_accumulator": grads if grad_accum_steps > 1 else 0, "hoisted_weight_casts": hoisted_casts,
+        "workspace_items": {**ws, "optimizer_update": opt_tmp},
         "phases": phases, "peak_phase": peak_phase, "step_peak": step_peak,
         "persistent": param_bytes + opt_bytes,
         "total": param_bytes + opt_bytes + step_peak,
@@ -461,7 +463,8 @@ def format_table(e: Dict) -> str:
     for name, val, _ in e["activations_per_block_items"]:
         lines.append(f"    {_mib(val):>12}  {name}")
     lines.append("")
-    lines.append(f"Not included: the framework itself (TensorFlow after import ~{CPU_RUNTIME_OVERHEAD_MIB['tensorflow_import']:.0f} MiB "
+    tf_mib = CPU_RUNTIME_OVERHEAD_MIB["tensorflow_import"]
+    lines.append(f"Not included: the framework itself (TensorFlow after import ~{tf_mib:.0f} MiB "
                  "RSS on CPU; XLA executables, compiler and allocator slack: see benchmarks/results/memory_levers.md).")
     return "\n".join(lines)
 
