@@ -61,7 +61,9 @@ def define_common_flags(default_seq_len: int = 128, default_lr: float = 2e-5) ->
     flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints kept.")
     flags.DEFINE_integer("iterations", 50, "Log every N steps.")
     flags.DEFINE_integer("seed", 42, "Random seed.")
-    flags.DEFINE_enum("jit", "auto", ["auto", "true", "false"], "XLA (auto: on for a single device).")
+    flags.DEFINE_enum("jit", "auto", ["auto", "true", "update", "false"],
+                      "XLA: true = the whole training step, update = only the optimizer update, false = none; "
+                      "auto = whole step on one GPU, update on one CPU, none on several devices.")
     flags.DEFINE_bool("eval_all_ckpt", False, "Evaluate every checkpoint in model_dir and keep the best.")
     # --- distribution
     flags.DEFINE_enum("strategy", "default", ["default", "mirrored", "multi_worker", "tpu"], "tf.distribute.")
@@ -109,7 +111,7 @@ def train_config(F, model_dir: str):
         clip_norm=F.clip if F.clip > 0 else None, lr_layer_decay_rate=F.lr_layer_decay_rate,
         layer_decay_mode=F.layer_decay_mode, grad_accum_steps=F.grad_accum_steps, precision=F.precision,
         num_trainable_layers=None if F.num_trainable_layers < 0 else F.num_trainable_layers,
-        jit_compile={"auto": None, "true": True, "false": False}[F.jit], model_dir=model_dir,
+        jit_compile={"auto": None, "true": True, "update": "update", "false": False}[F.jit], model_dir=model_dir,
         save_steps=F.save_steps, keep_checkpoint_max=F.keep_checkpoint_max, log_steps=F.iterations,
         seed=F.seed, progress=F.progress)
 

@@ -31,7 +31,7 @@ import shutil
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 
 import keras
 import numpy as np
@@ -59,7 +59,11 @@ class TrainConfig:
     precision: str = "float32"
     initial_loss_scale: float = 2.0 ** 15
     num_trainable_layers: Optional[int] = None   # None / -1: all
-    jit_compile: Optional[bool] = None     # None: True on one replica (not TPU), False under multi-device
+    # XLA: "step" (True) compiles the whole replica step; "update" only the optimizer update (clip, scale,
+    # AdamW), the forward and backward stay on the plain graph (oneDNN); "off" (False) neither.
+    # None = auto: "step" on one GPU, "update" on one CPU device, "off" under multi-device or TPU
+    # (TPUStrategy compiles everything itself). Why: benchmarks/backbone.py, BUILD.md "Backbone speed".
+    jit_compile: Union[None, bool, str] = None
     model_dir: Optional[str] = None        # checkpoints + TensorBoard; None: neither
     save_steps: int = 1000                 # 0: only at the end
     keep_checkpoint_max: int = 5
@@ -75,6 +79,11 @@ class TrainConfig:
             raise ValueError(f"layer_decay_mode: expected 'lr' or 'grad', got {self.layer_decay_mode!r}")
         if self.data_resume not in ("auto", "iterator", "skip"):
             raise ValueError(f"data_resume: expected auto|iterator|skip, got {self.data_resume!r}")
+        jit = {True: "step", False: "off"}.get(self.jit_compile, self.jit_compile)
+        if jit not in (None, "step", "update", "off"):
+            raise ValueError(f"jit_compile: expected None, True/'step', 'update' or False/'off', "
+                             f"got {self.jit_compile!r}")
+        self.jit_compile = jit
         if int(self.grad_accum_steps) < 1 or int(self.train_steps) < 1:
             raise ValueError("grad_accum_steps and train_steps must be >= 1")
 
@@ -145,6 +154,17 @@ class Progress:
             self.stream.flush()
 
 
+def default_jit(strategy: tf.distribute.Strategy) -> str:
+    """The ``jit_compile=None`` choice (see TrainConfig): measured, not assumed; BUILD.md "Backbone speed"."""
+    if strategy.num_replicas_in_sync != 1 or isinstance(strategy, tf.distribute.TPUStrategy):
+        return "off"
+    try:
+        devices = list(strategy.extended.worker_devices)
+    except RuntimeError:  # the default strategy: TensorFlow's placement, a GPU when there is one
+        devices = [d.name for d in tf.config.list_logical_devices("GPU")] or ["CPU:0"]
+    return "step" if any("GPU" in d.upper() for d in devices) else "update"
+
+
 class Trainer:
     """Builds model, optimizer, data iterator and checkpoint under ``strategy``; ``train()`` runs the loop."""
 
@@ -154,10 +174,7 @@ class Trainer:
         self.strategy = strategy = strategy or tf.distribute.get_strategy()
         self.is_chief = bool(strategy.extended.should_checkpoint)
         self.fp16 = cfg.precision == "mixed_float16"
-        if cfg.jit_compile is None:
-            self.jit = strategy.num_replicas_in_sync == 1 and not isinstance(strategy, tf.distribute.TPUStrategy)
-        else:
-            self.jit = bool(cfg.jit_compile)
+        self.jit = cfg.jit_compile or default_jit(strategy)
         self._dataset_fn = dataset_fn
 
         keras.utils.set_random_seed(cfg.seed)
@@ -283,6 +300,10 @@ class Trainer:
                 _, loss, grads = tf.while_loop(lambda i, *_: i < k, body, init)
             loss = ctx.all_reduce(tf.distribute.ReduceOp.SUM, loss)
             grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+            return loss, update(grads)
+
+        def update(grads):
+            """Unscale, clip, per-layer multipliers, optimizer update; returns the (unscaled) global norm."""
             scale = outer.dynamic_scale if self.fp16 else None
             if scale is not None:
                 grads = [g / scale for g in grads]
@@ -294,9 +315,11 @@ class Trainer:
             if scale is not None:  # LossScaleOptimizer divides by the same power of two: exact round trip
                 grads = [g * scale for g in grads]
             outer.apply(grads, tvars)
-            return loss, gnorm
+            return gnorm
 
-        replica_fn = tf.function(replica_step, jit_compile=self.jit)
+        if self.jit == "update":  # XLA fuses the optimizer's per-weight elementwise chain
+            update = tf.function(update, jit_compile=True)
+        replica_fn = tf.function(replica_step, jit_compile=self.jit == "step")
 
         @tf.function
         def train_step(iterator):
