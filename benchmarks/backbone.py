@@ -12,7 +12,27 @@ Implementations: ``tf`` ours in a ``tf.function`` (oneDNN kernels); ``tf_xla`` t
 ``jit_compile=True``; ``tf_xopt`` (training only) forward + backward in a ``tf.function`` and the Adam update
 in a separate XLA-compiled function; ``torch`` HF PyTorch eager with 2 threads; ``torch1`` the same with
 1 thread (on a loaded machine two OpenMP threads can be much slower than one; the goals are checked against
-the faster of the two).
+the faster of the two); ``mg`` TensorFlow Model Garden's ``official.nlp.modeling.networks.XLNetBase`` (TF2 /
+Keras 2 via tf_keras) under ``tf.function(jit_compile=True)`` (training: the whole step, Adam included, is one
+XLA cluster); ``mg_noxla`` the same in a plain ``tf.function``.
+
+Model Garden peer: it needs Keras 2, so its workers run in a separate virtualenv made by
+``bash benchmarks/setup_peer_model_garden.sh`` (``--mg-python``, default ``$XLNET_TF_MG_PYTHON``, else that
+script's default venv ``~/.cache/xlnet_tf_peers/model_garden``). Without it the ``mg`` rows are skipped (listed
+under ``skipped`` in the JSON, with the reason), and ``mg`` is left out of the default implementation lists.
+Its shape is the same: 12 layers, d_model 768, 12 heads x 64, d_inner 3072, vocab 32000, untied attention
+biases (``tie_attention_biases=False``), ``attention_type="bi"``, ``bi_data=False``, ``memory_length=0``,
+``clamp_length=-1``, ``reuse_length=0``, no two-stream, no CLS segment mask, layer-norm eps 1e-12 (MG's fixed
+value). GELU: ``inner_activation="gelu"`` would give Keras' exact erf GELU, so the worker passes Model Garden's
+own ``official.modeling.activations.gelu``, which is the tanh approximation (as ours and HF ``gelu_new``).
+Its inputs are the same arrays, in its conventions: ``input_mask`` float32 with 1 = real token (see
+``_build_mg``), ``segment_ids`` int32, no permutation mask, target mapping or state. Its Adam is tf_keras's
+(lr 1e-5), which turns its own per-variable XLA off on CPU, so ``mg_noxla`` has no XLA anywhere. Every
+worker, Model Garden's too, gets ``TF_ENABLE_ONEDNN_OPTS=1``. Its trainable weights are ours less
+``mask_emb`` / ``lm_bias`` (which ours does not train here either) and equal HF's less ``mask_emb``.
+
+When Model Garden ran, the goal check uses the best peer measured in the same run (the fastest of the HF and
+Model Garden variants); otherwise HF scaled by the quoted Model Garden / HF ratio, as an estimate.
 
 Every configuration (implementation x mode x shape) runs in its OWN worker subprocess, so the peak RSS
 (``ru_maxrss``) is attributable to it. The workers of one (mode, shape) group live side by side: after their
@@ -22,6 +42,7 @@ machine noise hits all implementations alike; medians are reported. Idle workers
     python benchmarks/backbone.py                 # full table -> benchmarks/results/backbone.json
     python benchmarks/backbone.py --quick         # one small configuration, < 2 minutes
     python benchmarks/backbone.py --reps 7 --modes infer --shapes 8x128
+    bash benchmarks/setup_peer_model_garden.sh && python benchmarks/backbone.py --impls tf,mg,mg_noxla,torch1
 """
 
 from __future__ import annotations
@@ -40,7 +61,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BASE = dict(n_layer=12, d_model=768, n_head=12, d_head=64, d_inner=3072, n_token=32000)
 IMPLS = {"tf": "ours, tf.function", "tf_xopt": "ours, tf.function, XLA Adam", "tf_xla": "ours, tf.function + XLA",
-         "torch": "HF PyTorch eager", "torch1": "HF PyTorch eager, 1 thread"}
+         "torch": "HF PyTorch eager", "torch1": "HF PyTorch eager, 1 thread",
+         "mg": "Model Garden TF2 + XLA", "mg_noxla": "Model Garden TF2, tf.function"}
+MG_IMPLS = ("mg", "mg_noxla")
+MG_VENV = os.environ.get("MG_VENV", os.path.join(os.path.expanduser("~"), ".cache", "xlnet_tf_peers", "model_garden"))
+MG_DEFAULT_PYTHON = os.path.join(MG_VENV, "bin", "python")  # where benchmarks/setup_peer_model_garden.sh puts it
 PROTO = "@@"  # prefix of protocol lines on a worker's stdout
 # Peers measured earlier on a 2-core AMD EPYC (Zen 3) machine, XLNet-Base shape, medians (tokens/s).
 QUOTED_PEERS = {("infer", 8, 128): {"model_garden_tf2_xla": 363, "hf_pytorch": 303},
@@ -171,10 +196,97 @@ def _build_torch(spec):
     return step
 
 
+def _mg_model(shape, rate):
+    """Model Garden's XLNetBase at ``shape``, weights created (one eager call on a 1x8 input). Runs in the Model
+    Garden venv: imports only tensorflow, tf_keras and official (no Keras 3, no xlnet_tf)."""
+    import tensorflow as tf
+    import tf_keras
+    from official.modeling import activations
+    from official.nlp.modeling.networks import XLNetBase
+
+    tf_keras.utils.set_random_seed(0)
+    model = XLNetBase(vocab_size=shape["n_token"], num_layers=shape["n_layer"], hidden_size=shape["d_model"],
+                      num_attention_heads=shape["n_head"], head_size=shape["d_head"], inner_size=shape["d_inner"],
+                      dropout_rate=rate, attention_dropout_rate=rate, attention_type="bi", bi_data=False,
+                      initializer=tf_keras.initializers.RandomNormal(stddev=0.02), two_stream=False,
+                      tie_attention_biases=False,  # untie_r=True: one set of r_w/r_r/r_s biases per layer
+                      memory_length=0, clamp_length=-1, reuse_length=0,
+                      inner_activation=activations.gelu,  # MG's gelu = tanh approximation ("gelu" would be erf)
+                      use_cls_mask=False)
+    # seg_embed is created by the first call that has segment ids: make every weight before tracing.
+    model(tf.zeros([1, 8], tf.int32), segment_ids=tf.zeros([1, 8], tf.int32),
+          input_mask=tf.ones([1, 8], tf.float32), training=False)
+    return model
+
+
+def _build_mg(spec):
+    """TensorFlow Model Garden's XLNet (``official.nlp.modeling.networks.XLNetBase``, Keras 2 / tf_keras).
+
+    Runs with the Model Garden venv's python and ``TF_USE_LEGACY_KERAS=1``: imports only tensorflow, tf_keras,
+    official and numpy (via ``_inputs``), never Keras 3 or xlnet_tf. Input conventions, read from
+    ``official/nlp/modeling/networks/xlnet_base.py`` and checked on a padded input (changing the padded tokens
+    leaves the real tokens' outputs unchanged; with the mask inverted they change):
+    * ``input_mask``: float32 [B, S], **1 = real token, 0 = padding** (despite the "1 = cannot attend" wording
+      of ``_compute_attention_mask``'s docstring: the mask is OR-ed with the identity, padded with ones for
+      memory, and fed to Keras' masked softmax, which adds -inf where the mask is 0; MG's classifier data also
+      writes 1 for real tokens and its XLNetClassifier casts it to float32). So our all-ones padding mask
+      passes as is.
+    * ``segment_ids``: int32 [B, S] (0 = A, 1 = B); with ``use_cls_mask=False`` the segment matrix is
+      ``seg_i != seg_j``, as in HF and ours.
+    * ``permutation_mask``, ``target_mapping``, ``masked_tokens``: None (no PLM, no two-stream); ``state``: None
+      (``memory_length=0``: no memory is cached).
+    * output: ``(sequence_output [B, S, d_model], new_mems)``.
+    """
+    import tensorflow as tf
+    import tf_keras
+
+    train = spec["mode"] == "train"
+    rate = spec["dropout"] if train else 0.0
+    model = _mg_model(spec["shape"], rate)
+    ids, seg, mask = _inputs(spec["batch"], spec["seq"], spec["shape"]["n_token"])
+    ids, seg = tf.constant(ids, tf.int32), tf.constant(seg, tf.int32)
+    mask = tf.constant(mask, tf.float32)  # 1 = real token (see above)
+    xla = spec["impl"] == "mg"
+
+    def forward(ids, seg, mask, training):
+        # XLNetBase.call has no `training` argument: tf_keras passes it to the dropout layers via the call context.
+        h, _ = model(ids, segment_ids=seg, input_mask=mask, state=None, permutation_mask=None,
+                     target_mapping=None, masked_tokens=None, training=training)
+        return h
+
+    if not train:
+        @tf.function(jit_compile=xla)
+        def fwd(ids, seg, mask):
+            return forward(ids, seg, mask, False)
+
+        return lambda: fwd(ids, seg, mask).numpy()
+
+    tvars = model.trainable_variables
+    opt = tf_keras.optimizers.Adam(learning_rate=1e-5)  # its own per-variable XLA is off on CPU (no GPU found)
+    opt.build(tvars)
+
+    @tf.function(jit_compile=xla)
+    def step(ids, seg, mask):
+        with tf.GradientTape() as tape:
+            h = forward(ids, seg, mask, True)
+            loss = tf.reduce_mean(tf.square(h))
+        grads = tape.gradient(loss, tvars)
+        # Every weight the forward uses (a None gradient, known at trace time, would mean an unused weight).
+        opt.apply_gradients([(g, v) for g, v in zip(grads, tvars) if g is not None])
+        return loss
+
+    return lambda: step(ids, seg, mask).numpy()
+
+
 def worker(spec_json: str) -> None:
     spec = json.loads(spec_json)
     t0 = time.perf_counter()
-    run = _build_torch(spec) if spec["impl"].startswith("torch") else _build_tf(spec)
+    if spec["impl"].startswith("torch"):
+        run = _build_torch(spec)
+    elif spec["impl"] in MG_IMPLS:
+        run = _build_mg(spec)
+    else:
+        run = _build_tf(spec)
     build_s = time.perf_counter() - t0
     rss_built = _rss_mb()
     warm = []
@@ -198,17 +310,28 @@ def worker(spec_json: str) -> None:
         from tensorflow.python.util import _pywrap_util_port
 
         info["onednn"] = bool(_pywrap_util_port.IsMklEnabled())
+    if spec["impl"] in MG_IMPLS:  # its own venv: record what it ran on
+        from importlib import metadata
+
+        info["versions"] = {d: metadata.version(d) for d in ("tensorflow", "tf-keras", "tf-models-official")}
+        info["python"] = sys.executable
+        info["keras3_loaded"] = "keras" in sys.modules  # False with TF_USE_LEGACY_KERAS=1 (see Worker)
     print(f"{PROTO}DONE " + json.dumps(info), file=out, flush=True)
 
 
 # ====================================================================== driver side
 class Worker:
-    def __init__(self, spec, log):
+    def __init__(self, spec, log, python=None):
         self.spec = spec
         env = dict(os.environ)
         env.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec)],
+        if python:  # a Model Garden worker, in its own venv
+            # Model Garden's documented setting for TF >= 2.16: tf.keras is tf_keras (Keras 2), and `import
+            # tensorflow` then does not load Keras 3 at all (without it, it does, though nothing here uses it).
+            env["TF_USE_LEGACY_KERAS"] = "1"
+        python = python or sys.executable
+        self.proc = subprocess.Popen([python, os.path.abspath(__file__), "--worker", json.dumps(spec)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
                                      bufsize=1, env=env, cwd=ROOT)
 
@@ -267,20 +390,36 @@ def run_group(mode, batch, seq, impls, args, log):
     specs = [dict(impl=i, mode=mode, batch=batch, seq=seq, shape=args.shape, dropout=args.train_dropout,
                   warmup=args.warmup, threads=args.torch_threads) for i in impls]
     workers, ready, skipped = [], [], []
+
+    def skip(spec, reason, why=None):
+        print(f"    skipping {spec['impl']}: {why or reason}", flush=True)
+        specs.remove(spec)
+        skipped.append({"mode": mode, "batch": batch, "seq": seq, "impl": spec["impl"], "reason": reason})
+
     try:
         for spec in list(specs):  # warm up one at a time (XLA compile times stay clean)
+            if spec["impl"] in MG_IMPLS and not args.mg_python_ok:
+                skip(spec, f"Model Garden python not found ({args.mg_python or 'no --mg-python'}); "
+                           "run benchmarks/setup_peer_model_garden.sh")
+                continue
             # The workers of a group stay alive side by side: do not start one without room for it (the machine
             # is shared), rather leave that configuration out and say so.
             if mem_available_mb() < args.min_free_mb:
-                print(f"    skipping {spec['impl']}: only {mem_available_mb():.0f} MB available "
-                      f"(--min-free-mb {args.min_free_mb})", flush=True)
-                specs.remove(spec)
-                skipped.append({"mode": mode, "batch": batch, "seq": seq, "impl": spec["impl"],
-                                "reason": f"MemAvailable < {args.min_free_mb} MB"})
+                skip(spec, f"MemAvailable < {args.min_free_mb} MB", f"only {mem_available_mb():.0f} MB available "
+                                                                   f"(--min-free-mb {args.min_free_mb})")
                 continue
-            w = Worker(spec, log)
+            mg = spec["impl"] in MG_IMPLS
+            w = Worker(spec, log, python=args.mg_python if mg else None)
+            try:
+                rd = json.loads(w.expect("READY"))
+            except RuntimeError as e:
+                if not mg:  # our and HF's workers must work; a peer's broken venv should not end the run
+                    raise
+                w.proc.wait()
+                skip(spec, f"Model Garden worker failed before READY ({e})")
+                continue
             workers.append(w)
-            ready.append(json.loads(w.expect("READY")))
+            ready.append(rd)
         times = [[] for _ in workers]
         cpu = [[] for _ in workers]
         load = [os.getloadavg()[0]]
@@ -333,17 +472,25 @@ def print_table(rows):
           "process.")
 
 
+def _is_peer(impl):
+    return impl.startswith("torch") or impl in MG_IMPLS
+
+
 def goal_summary(rows):
     """Ours (best variant) against the peers, two ways: (a) absolute tokens/s against the quoted figures
-    (measured on another machine: indicative only); (b) in this run, against HF measured side by side,
-    scaled by the quoted Model Garden / HF ratio where Model Garden was quoted (the best peer's estimate)."""
+    (measured on another machine: indicative only); (b) in this run, against the best peer measured side by
+    side: the fastest of the HF and Model Garden variants when Model Garden ran in this (mode, shape) group
+    (``best_peer_source`` = "measured"); otherwise HF scaled by the quoted Model Garden / HF ratio where Model
+    Garden was quoted (``best_peer_source`` = "estimate")."""
     out = []
     for key in sorted({(r["mode"], r["batch"], r["seq"]) for r in rows}):
         mode, b, s = key
         group = [r for r in rows if (r["mode"], r["batch"], r["seq"]) == key]
         hfs = [r for r in group if r["impl"].startswith("torch")]
         hf = max(hfs, key=lambda r: r["tokens_per_s"]) if hfs else None  # the faster HF thread setting
-        ours = [r for r in group if not r["impl"].startswith("torch")]
+        mgs = [r for r in group if r["impl"] in MG_IMPLS]
+        mg = max(mgs, key=lambda r: r["tokens_per_s"]) if mgs else None  # the faster Model Garden variant
+        ours = [r for r in group if not _is_peer(r["impl"])]
         if not ours:
             continue
         best = max(ours, key=lambda r: r["tokens_per_s"])
@@ -351,10 +498,22 @@ def goal_summary(rows):
         entry = {"mode": mode, "batch": b, "seq": s, "best_ours": best["impl"], "ours_tokens_per_s": best["tokens_per_s"],
                  "goal_factor": GOALS[mode]}
         if hf:
+            entry.update(hf_impl=hf["impl"], hf_tokens_per_s=hf["tokens_per_s"],
+                         ratio_vs_hf_same_run=best["tokens_per_s"] / hf["tokens_per_s"])
+        if mg:
+            entry.update(mg_impl=mg["impl"], mg_tokens_per_s=mg["tokens_per_s"],
+                         ratio_vs_mg_same_run=best["tokens_per_s"] / mg["tokens_per_s"])
+        if mg:  # the best peer, measured side by side
+            peer = max([x for x in (hf, mg) if x], key=lambda r: r["tokens_per_s"])
+            entry.update(best_peer_source="measured", best_peer_impl=peer["impl"],
+                         best_peer_same_run=peer["tokens_per_s"])
+        elif hf:  # fallback: HF scaled by the quoted Model Garden / HF ratio
             scale = max(quoted.values()) / quoted["hf_pytorch"] if quoted else 1.0
-            entry.update(hf_impl=hf["impl"], hf_tokens_per_s=hf["tokens_per_s"], ratio_vs_hf_same_run=best["tokens_per_s"] / hf["tokens_per_s"],
+            entry.update(best_peer_source="estimate", best_peer_impl=hf["impl"],
+                         best_peer_same_run=hf["tokens_per_s"] * scale,
                          best_peer_estimate_same_run=hf["tokens_per_s"] * scale, best_peer_scale_from_quotes=scale)
-            entry["ratio_vs_best_peer_same_run"] = best["tokens_per_s"] / entry["best_peer_estimate_same_run"]
+        if "best_peer_same_run" in entry:
+            entry["ratio_vs_best_peer_same_run"] = best["tokens_per_s"] / entry["best_peer_same_run"]
             entry["goal_met_same_run"] = entry["ratio_vs_best_peer_same_run"] >= GOALS[mode]
         if quoted:
             entry.update(quoted_best_peer=max(quoted.values()),
@@ -368,9 +527,17 @@ def print_goals(goals):
     print("\ngoals (ours best variant / best peer; wanted >= 1.3x inference, 1.5x training):")
     for g in goals:
         line = f"  {g['mode']:<6}{g['batch']}x{g['seq']:<5} {g['best_ours']:<9}{g['ours_tokens_per_s']:>7.0f} tok/s"
-        if "ratio_vs_hf_same_run" in g:
-            line += (f" | same run: {g['ratio_vs_hf_same_run']:.2f}x HF ({g['hf_impl']}), {g['ratio_vs_best_peer_same_run']:.2f}x "
-                     f"best-peer estimate (HF x {g['best_peer_scale_from_quotes']:.2f}) -> "
+        if "ratio_vs_best_peer_same_run" in g:
+            parts = []
+            if "ratio_vs_hf_same_run" in g:
+                parts.append(f"{g['ratio_vs_hf_same_run']:.2f}x HF ({g['hf_impl']})")
+            if "ratio_vs_mg_same_run" in g:
+                parts.append(f"{g['ratio_vs_mg_same_run']:.2f}x Model Garden ({g['mg_impl']})")
+            if g["best_peer_source"] == "measured":
+                peer = f"measured best peer {g['best_peer_impl']}"
+            else:
+                peer = f"best-peer estimate (HF x {g['best_peer_scale_from_quotes']:.2f}; Model Garden not run)"
+            line += (f" | same run: {', '.join(parts)}; {g['ratio_vs_best_peer_same_run']:.2f}x {peer} -> "
                      f"{'met' if g['goal_met_same_run'] else 'NOT met'}")
         if "ratio_vs_quoted_best_peer" in g:
             line += (f" | vs quoted {g['quoted_best_peer']}: {g['ratio_vs_quoted_best_peer']:.2f}x -> "
@@ -378,18 +545,32 @@ def print_goals(goals):
         print(line)
 
 
+def print_skipped(skipped):
+    for k in skipped:
+        print(f"not run: {k['mode']} {k['batch']}x{k['seq']} {k['impl']} ({IMPLS.get(k['impl'], '?')}): "
+              f"{k['reason']}")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--worker", help=argparse.SUPPRESS)
-    p.add_argument("--quick", action="store_true", help="one small configuration (inference 1x128), < 2 min")
+    p.add_argument("--quick", action="store_true",
+                   help="one small configuration (inference 1x128; ours and HF only), < 2 min")
     p.add_argument("--reps", type=int, default=5, help="timed repetitions per configuration (median reported)")
     p.add_argument("--warmup", type=int, default=2, help="untimed calls per worker first (incl. compilation)")
     p.add_argument("--modes", default="infer,train", help="comma list of infer,train")
     p.add_argument("--infer-shapes", default="8x128,2x512,1x512", help="batch x seq list for inference")
     p.add_argument("--train-shapes", default="8x128,2x512", help="batch x seq list for training")
     p.add_argument("--shapes", help="override both shape lists")
-    p.add_argument("--impls", default="tf,tf_xla,torch,torch1", help=f"inference: comma list of {','.join(IMPLS)}")
-    p.add_argument("--train-impls", default="tf,tf_xopt,tf_xla,torch,torch1", help="training: comma list, as --impls")
+    p.add_argument("--impls", help=f"inference: comma list of {','.join(IMPLS)} (default: "
+                                   "tf,tf_xla,mg,torch,torch1; mg only if the Model Garden python exists)")
+    p.add_argument("--train-impls", help="training: comma list, as --impls (default: tf,tf_xopt,tf_xla,mg,"
+                                         "torch,torch1; mg only if the Model Garden python exists)")
+    mg_default = os.environ.get("XLNET_TF_MG_PYTHON") or (MG_DEFAULT_PYTHON if os.path.exists(MG_DEFAULT_PYTHON)
+                                                          else None)
+    p.add_argument("--mg-python", default=mg_default,
+                   help="python of the Model Garden venv (benchmarks/setup_peer_model_garden.sh) for the mg and "
+                        "mg_noxla workers (default: $XLNET_TF_MG_PYTHON, else %(default)s)")
     p.add_argument("--train-dropout", type=float, default=0.1, help="dropout (and dropatt) in the training step")
     p.add_argument("--torch-threads", type=int, default=2, help="threads of the 'torch' worker ('torch1': 1)")
     p.add_argument("--n-layer", type=int, default=BASE["n_layer"])
@@ -402,6 +583,10 @@ def main(argv=None):
         return worker(args.worker)
 
     args.shape = dict(BASE, n_layer=args.n_layer)
+    args.mg_python_ok = bool(args.mg_python) and os.path.isfile(args.mg_python) and os.access(args.mg_python, os.X_OK)
+    mg = ",mg" if args.mg_python_ok else ""
+    args.impls = args.impls or f"tf,tf_xla{mg},torch,torch1"
+    args.train_impls = args.train_impls or f"tf,tf_xopt,tf_xla{mg},torch,torch1"
     parse = lambda s: [tuple(int(v) for v in x.split("x")) for x in s.split(",") if x]  # noqa: E731
     groups = []
     if args.quick:
@@ -416,29 +601,37 @@ def main(argv=None):
         tshapes = parse(args.shapes or args.train_shapes)
         groups = [("infer", b, s) for b, s in ishapes if "infer" in modes]
         groups += [("train", b, s) for b, s in tshapes if "train" in modes]
+    unknown = {i for i in (args.impls + "," + args.train_impls).split(",") if i} - set(IMPLS)
+    if unknown:
+        p.error(f"unknown implementation(s) {', '.join(sorted(unknown))}; known: {', '.join(IMPLS)}")
 
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     info = machine_info()
     print(f"machine: {info['nproc']} cpu(s), {info['cpu_model']}; TF {info['versions'].get('tensorflow')}, "
           f"torch {info['versions'].get('torch')}, transformers {info['versions'].get('transformers')}; "
           f"TF_ENABLE_ONEDNN_OPTS={info['TF_ENABLE_ONEDNN_OPTS']}; load {os.getloadavg()}", flush=True)
+    print(f"Model Garden python: {args.mg_python if args.mg_python_ok else 'not found'}"
+          f"{'' if args.mg_python_ok else ' (mg rows skipped; benchmarks/setup_peer_model_garden.sh makes it)'}",
+          flush=True)
     t_start = time.time()
     rows, skipped = [], []
     with open(args.log, "w") as log:
         for mode, b, s in groups:
             impls = [i for i in (args.impls if mode == "infer" else args.train_impls).split(",")
-                     if i != "tf_xopt" or mode == "train"]
+                     if i and (i != "tf_xopt" or mode == "train")]
             print(f"... {mode} {b}x{s}: {', '.join(impls)} ({args.reps} interleaved reps)", flush=True)
             r, sk = run_group(mode, b, s, impls, args, log)
             rows += r
             skipped += sk
     print()
     print_table(rows)
+    print_skipped(skipped)
     goals = goal_summary(rows)
     print_goals(goals)
     result = {"command": " ".join([os.path.relpath(sys.executable, ROOT), "benchmarks/backbone.py"] +
                                   (sys.argv[1:] if argv is None else list(argv))),
-              "machine": info, "model_shape": args.shape, "reps": args.reps, "warmup": args.warmup,
+              "machine": info, "model_garden_python": args.mg_python if args.mg_python_ok else None,
+              "model_shape": args.shape, "reps": args.reps, "warmup": args.warmup,
               "train_dropout": args.train_dropout, "torch_threads": args.torch_threads,
               "loss": "mean(sequence_output**2); Adam lr 1e-5 on every weight the forward uses",
               "inputs": "random ids, two segments (A|B halves), all-ones padding mask",
