@@ -25,6 +25,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.subprocess_util import finish
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -188,17 +190,6 @@ def background(work, tmp_path_factory):
             procs[key].communicate()
 
 
-def _wait(proc, timeout=240):
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        pytest.fail(f"subprocess timed out\n{err[-3000:]}")
-    assert proc.returncode == 0, err[-4000:]
-    return out, err
-
-
 def test_start_background(background):
     assert background["mirrored"].pid and background["cli"].pid
 
@@ -322,7 +313,7 @@ def test_save_backbone_has_finetuning_config(work, tmp_path):
 
 
 def test_mirrored_strategy_matches_default(background):
-    out, err = _wait(background["mirrored"])
+    out, err = finish(background["mirrored"], 240)
     lines = [l for l in out.splitlines() if l.startswith("REPORT ")]
     assert lines, err[-3000:]
     rep = json.loads(lines[-1][len("REPORT "):])
@@ -340,7 +331,7 @@ def test_cli_smoke_and_backbone_loads_into_task_model(background):
     from xlnet_tf.task_model import TaskModel
 
     out_dir = background["cli_out"]
-    out, err = _wait(background["cli"])
+    out, err = finish(background["cli"], 240)
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["step"] == 4 and summary["heldout_loss_end"] > 0 and summary["unigram_loss"] > 0
     with open(os.path.join(out_dir, "train", "pretrain_results.json")) as f:

@@ -98,7 +98,18 @@ def save_atomically(module: tf.Module, export_dir: str, signatures: Dict[str, Ca
     return export_dir
 
 
-class ClassifierServing(tf.Module):
+class ServingModule(tf.Module):
+    """A SavedModel over raw text: subclasses give ``text_fn(**options)`` (``serving_default``) and ``ids_fn()``
+    (``serve_ids``, the same outputs from ready-made features)."""
+
+    def export(self, export_dir: str, **text_options) -> str:
+        self.serve_text = self.text_fn(**text_options)
+        self.serve_ids = self.ids_fn()
+        return save_atomically(self, export_dir, {"serving_default": self.serve_text,
+                                                  "serve_ids": self.serve_ids})
+
+
+class ClassifierServing(ServingModule):
     """Serving module for a fine-tuned classifier/regressor (TaskModel with a ClassificationHead)."""
 
     def __init__(self, model, tokenizer, max_seq_length: int, label_names: Optional[Sequence[str]] = None):
@@ -138,9 +149,3 @@ class ClassifierServing(tf.Module):
         if pair:
             return tf.function(lambda text_a, text_b: run(text_a, text_b), input_signature=[s, s])
         return tf.function(lambda text_a: run(text_a), input_signature=[s])
-
-    def export(self, export_dir: str, pair: bool) -> str:
-        self.serve_text = self.text_fn(pair)
-        self.serve_ids = self.ids_fn()
-        return save_atomically(self, export_dir, {"serving_default": self.serve_text,
-                                                  "serve_ids": self.serve_ids})

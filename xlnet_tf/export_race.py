@@ -18,7 +18,7 @@ from typing import Dict
 
 import tensorflow as tf
 
-from xlnet_tf.export import SEG_PAD_CLASSIFIER, constant_rows, keep_first, keep_last, pad_rows, save_atomically
+from xlnet_tf.export import SEG_PAD_CLASSIFIER, ServingModule, constant_rows, keep_first, keep_last, pad_rows
 
 NUM_CHOICES = 4
 
@@ -70,7 +70,7 @@ def race_features(article_ids: tf.RaggedTensor, qa_ids: tf.RaggedTensor, max_seq
     return {k: tf.reshape(v, [-1, num_choices, max_seq_length]) for k, v in feats.items()}
 
 
-class RaceServing(tf.Module):
+class RaceServing(ServingModule):
     """Serving module for a fine-tuned RACE model (TaskModel with a MultipleChoiceHead).
 
     ``features`` works without a model (``model=None``): the in-graph layout alone.
@@ -120,9 +120,3 @@ class RaceServing(tf.Module):
                                   "padding_mask": padding_mask})
 
         return serve_ids
-
-    def export(self, export_dir: str) -> str:
-        self.serve_text = self.text_fn()
-        self.serve_ids = self.ids_fn()
-        return save_atomically(self, export_dir, {"serving_default": self.serve_text,
-                                                  "serve_ids": self.serve_ids})

@@ -48,7 +48,7 @@ import tensorflow as tf
 import tensorflow_text
 from tensorflow_text.python.ops.sentencepiece_tokenizer import gen_sentencepiece_tokenizer as _spm_ops
 
-from xlnet_tf.export import constant_rows, keep_first, pad_rows, save_atomically
+from xlnet_tf.export import ServingModule, constant_rows, keep_first, pad_rows
 from xlnet_tf.tf_tokenizer import SPIECE_UNDERLINE, _lower
 
 SEG_P, SEG_Q, SEG_CLS, SEG_PAD = 0, 1, 2, 3
@@ -349,7 +349,7 @@ def best_spans(outputs: Dict[str, tf.Tensor], windows: Dict, tokens: Dict, conte
 
 
 # ---------------------------------------------------------------------------------------------- module
-class SquadServing(tf.Module):
+class SquadServing(ServingModule):
     """Serving module for a fine-tuned SQuAD model (TaskModel with a SquadHead).
 
     ``features(question, context)`` works without a model (``model=None``): the in-graph layout alone
@@ -414,9 +414,3 @@ class SquadServing(tf.Module):
                                        "padding_mask": padding_mask, "p_mask": p_mask, "cls_index": cls_index})
 
         return serve_ids
-
-    def export(self, export_dir: str) -> str:
-        self.serve_text = self.text_fn()
-        self.serve_ids = self.ids_fn()
-        return save_atomically(self, export_dir, {"serving_default": self.serve_text,
-                                                  "serve_ids": self.serve_ids})

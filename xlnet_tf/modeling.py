@@ -12,6 +12,18 @@ from xlnet_tf.layers import XLNetBlock, dropout, relative_positional_encoding
 from xlnet_tf.masks import attention_masks, segment_diff
 
 
+class WrapsBackbone:
+    """For models holding an ``XLNetModel`` as ``self.backbone`` (TaskModel, PretrainModel)."""
+
+    @property
+    def config(self) -> XLNetConfig:
+        return self.backbone.config
+
+    @property
+    def n_layer(self) -> int:
+        return self.backbone.n_layer
+
+
 class XLNetModel(keras.Model):
     """XLNet backbone.
 

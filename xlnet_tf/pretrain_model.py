@@ -47,10 +47,10 @@ import numpy as np
 import tensorflow as tf
 
 from xlnet_tf.config import XLNetConfig
-from xlnet_tf.modeling import XLNetModel
+from xlnet_tf.modeling import WrapsBackbone, XLNetModel
 
 
-class PretrainModel(keras.Model):
+class PretrainModel(WrapsBackbone, keras.Model):
     """Backbone + tied LM head; ``per_replica_batch`` sizes the memory (the batch each replica sees)."""
 
     def __init__(self, config: XLNetConfig, per_replica_batch: int, seed: int = 0, token_weighted: bool = True,
@@ -77,14 +77,6 @@ class PretrainModel(keras.Model):
         self.built = True
 
     # ------------------------------------------------------------------ contract
-    @property
-    def config(self) -> XLNetConfig:
-        return self.backbone.config
-
-    @property
-    def n_layer(self) -> int:
-        return self.backbone.n_layer
-
     def variable_depth(self, variable) -> int:
         """The backbone's depths (the LM bias is head-level, n_layer + 1)."""
         try:

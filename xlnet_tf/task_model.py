@@ -17,24 +17,16 @@ import tensorflow as tf
 from heads.base import Head
 from xlnet_tf import checkpoint
 from xlnet_tf.config import XLNetConfig
-from xlnet_tf.modeling import XLNetModel
+from xlnet_tf.modeling import WrapsBackbone, XLNetModel
 
 log = logging.getLogger(__name__)
 
 
-class TaskModel(keras.Model):
+class TaskModel(WrapsBackbone, keras.Model):
     def __init__(self, config: XLNetConfig, head: Head, seed: int = 0, name: str = "task_model", **kwargs):
         super().__init__(name=name, **kwargs)
         self.backbone = XLNetModel(config, seed=seed)
         self.head = head
-
-    @property
-    def config(self) -> XLNetConfig:
-        return self.backbone.config
-
-    @property
-    def n_layer(self) -> int:
-        return self.backbone.n_layer
 
     def call(self, features: Dict[str, tf.Tensor], training=False):
         ids = features["input_ids"]
