@@ -193,6 +193,7 @@ def main(_):
             elif v2:
                 metrics = squad_eval.evaluate(dataset, preds.predictions, preds.null_odds, version,
                                               na_prob_thresh=null_threshold)
+                metrics.update(squad_eval.span_scores(dataset, preds.predictions))
             else:
                 metrics = squad_eval.evaluate(dataset, preds.predictions, None, version)
             metrics.update(step=int(step), loss=float(out["loss"].mean()), version=version,

@@ -151,6 +151,17 @@ def evaluate_v2(dataset: Sequence[dict], predictions: Mapping[str, str],
     return out
 
 
+def span_scores(dataset: Sequence[dict], predictions: Mapping[str, str]) -> Dict[str, float]:
+    """Not in the official output: the answerable (v2.0) questions scored on the predicted non-null span, with
+    no no-answer threshold, i.e. how well spans are found whatever the answerability decision."""
+    exact, f1 = get_raw_scores(dataset, predictions)
+    qids = [qa["id"] for qa in _qas(dataset) if qa["answers"] and qa["id"] in exact]
+    if not qids:
+        return {}
+    ev = make_eval_dict(exact, f1, qids)
+    return {"HasAns_span_exact": ev["exact"], "HasAns_span_f1": ev["f1"]}
+
+
 def dataset_version(dataset: Sequence[dict]) -> str:
     """"2.0" when any question carries ``is_impossible``, else "1.1"."""
     return "2.0" if any("is_impossible" in qa for qa in _qas(dataset)) else "1.1"

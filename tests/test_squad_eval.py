@@ -72,6 +72,12 @@ def test_evaluate_v2_hand_computed():
     assert list(out) == list(expected)  # the official key order
 
 
+def test_span_scores_ignore_the_no_answer_decision():
+    # answerable q1 (EM 1, F1 1) and q2 (EM 0, F1 .5); q3/q4 (no answer) are not scored
+    assert ev.span_scores(_v2_data(), V2_PREDS) == pytest.approx({"HasAns_span_exact": 50.0, "HasAns_span_f1": 75.0})
+    assert ev.span_scores(_v2_data(), {**V2_PREDS, "q2": "the blue whale"})["HasAns_span_f1"] == 100.0
+
+
 def test_evaluate_v2_threshold_and_no_na_file():
     # na > 0.5 -> predicted no-answer: q2 (has answer) scores 0, q3 (no answer) scores 1
     out = ev.evaluate_v2(_v2_data(), V2_PREDS, V2_NA, na_prob_thresh=0.5)
