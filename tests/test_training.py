@@ -19,6 +19,7 @@ import pytest
 import tensorflow as tf
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from subprocess_util import finish  # noqa: E402
 from train_toy import make_dataset_fn, make_model, max_diff, toy_data, weights  # noqa: E402
 
 from xlnet_tf import optimization, training  # noqa: E402
@@ -163,6 +164,19 @@ def test_jit_modes_give_the_same_update(precision):
         config(jit_compile="always")
 
 
+def test_default_jit_choice():
+    cpu = tf.distribute.get_strategy()
+    if tf.config.list_logical_devices("GPU"):
+        pytest.skip("the CPU choices; this machine has a GPU")
+    assert training.default_jit(cpu) == "update" == training.default_jit(cpu, "mixed_bfloat16")
+    assert training.default_jit(cpu, "mixed_float16") == "step"  # no fast float16 matmul on CPU outside XLA
+
+    class TwoReplicas:
+        num_replicas_in_sync = 2
+
+    assert training.default_jit(TwoReplicas()) == "off"
+
+
 def test_resume_after_interruption_is_exact(tmp_path, capsys):
     """Default strategy, auto XLA (the optimizer update on CPU), dropout, 2 micro-batches, checkpointed tf.data
     iterator ("skip": see Mirrored)."""
@@ -236,14 +250,9 @@ def _run(args):
 
 
 def _report(proc, timeout):
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        pytest.fail(f"subprocess timed out\n{err[-3000:]}")
+    out, err = finish(proc, timeout)
     lines = [l for l in out.splitlines() if l.startswith("REPORT ")]
-    assert proc.returncode == 0 and lines, err[-3000:]
+    assert lines, err[-3000:]
     return json.loads(lines[-1][len("REPORT "):])
 
 

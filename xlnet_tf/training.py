@@ -61,7 +61,8 @@ class TrainConfig:
     num_trainable_layers: Optional[int] = None   # None / -1: all
     # XLA: "step" (True) compiles the whole replica step; "update" only the optimizer update (clip, scale,
     # AdamW), the forward and backward stay on the plain graph (oneDNN); "off" (False) neither.
-    # None = auto: "step" on one GPU, "update" on one CPU device, "off" under multi-device or TPU
+    # None = auto: "step" on one GPU (and for float16 on CPU), "update" on one CPU device, "off" under
+    # multi-device or TPU
     # (TPUStrategy compiles everything itself). Why: benchmarks/backbone.py, BUILD.md "Backbone speed".
     jit_compile: Union[None, bool, str] = None
     model_dir: Optional[str] = None        # checkpoints + TensorBoard; None: neither
@@ -154,15 +155,19 @@ class Progress:
             self.stream.flush()
 
 
-def default_jit(strategy: tf.distribute.Strategy) -> str:
-    """The ``jit_compile=None`` choice (see TrainConfig): measured, not assumed; BUILD.md "Backbone speed"."""
+def default_jit(strategy: tf.distribute.Strategy, precision: str = "float32") -> str:
+    """The ``jit_compile=None`` choice (see TrainConfig), measured, not assumed (BUILD.md, "XLA where it pays").
+    float16 on a CPU always takes the whole step: TF's CPU kernels have no fast float16 matmul (a small model's
+    step ran ~30x slower in graph mode), while XLA:CPU computes 16-bit matmuls in float32."""
     if strategy.num_replicas_in_sync != 1 or isinstance(strategy, tf.distribute.TPUStrategy):
         return "off"
     try:
         devices = list(strategy.extended.worker_devices)
     except RuntimeError:  # the default strategy: TensorFlow's placement, a GPU when there is one
         devices = [d.name for d in tf.config.list_logical_devices("GPU")] or ["CPU:0"]
-    return "step" if any("GPU" in d.upper() for d in devices) else "update"
+    if any("GPU" in d.upper() for d in devices) or precision == "mixed_float16":
+        return "step"
+    return "update"
 
 
 class Trainer:
@@ -174,7 +179,7 @@ class Trainer:
         self.strategy = strategy = strategy or tf.distribute.get_strategy()
         self.is_chief = bool(strategy.extended.should_checkpoint)
         self.fp16 = cfg.precision == "mixed_float16"
-        self.jit = cfg.jit_compile or default_jit(strategy)
+        self.jit = cfg.jit_compile or default_jit(strategy, cfg.precision)
         self._dataset_fn = dataset_fn
 
         keras.utils.set_random_seed(cfg.seed)
@@ -402,10 +407,14 @@ def predict(model, dataset: tf.data.Dataset, strategy: Optional[tf.distribute.St
     strategy = strategy or tf.distribute.get_strategy()
     output_fn = output_fn or (lambda features, outputs: outputs)
     dist = strategy.experimental_distribute_dataset(dataset)
+    forward = lambda f: dict(output_fn(f, model(f, training=False)))  # noqa: E731
+    policy = getattr(getattr(model, "dtype_policy", None), "name", "float32")
+    if default_jit(strategy, policy) == "step" and policy == "mixed_float16":
+        forward = tf.function(forward, jit_compile=True)  # float16 on CPU: only XLA has fast kernels
 
     @tf.function
     def step(features):
-        out = strategy.run(lambda f: dict(output_fn(f, model(f, training=False))), args=(features,))
+        out = strategy.run(forward, args=(features,))
         return {key: strategy.gather(val, axis=0) for key, val in out.items()}
 
     chunks: Dict[str, List[np.ndarray]] = {}
