@@ -59,6 +59,8 @@ CONFIGS = {  # name -> (label, overrides of the worker spec)
             {"recompute": True, "precision": "mixed_bfloat16", "num_trainable_layers": 2, "grad_accum_steps": 2}),
 }
 DEFAULT_CONFIGS = "baseline,recompute,bf16,fp16,frozen,accum,all"
+JIT_TEXT = {True: "whole-step XLA (--jit=true)", "update": "TF graph mode + XLA optimizer update (--jit=update, the "
+            "CPU default)", False: "TF graph mode (--jit=false)"}
 
 
 # ====================================================================== worker side
@@ -84,7 +86,7 @@ def xla_peak_bytes(dump_dir: str):
 
 def worker(spec: dict) -> None:
     dump_dir = None
-    if spec["jit"] and spec.get("xla_dump", True):
+    if spec["jit"] is True and spec.get("xla_dump", True):
         dump_dir = tempfile.mkdtemp(prefix="xlnet_memlev_xla_")
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_dump_to={dump_dir}").strip()
     sys.path.insert(0, ROOT)
@@ -209,7 +211,7 @@ def predict(spec: dict, cpu: bool = True) -> dict:
     ntl = spec["num_trainable_layers"]
     return estimate(cfg, spec["seq"], spec["batch"], spec["precision"], spec["recompute"],
                     None if ntl < 0 else ntl, spec["grad_accum_steps"], head="classification", num_labels=2,
-                    jit=spec["jit"], cpu=cpu)
+                    jit=spec["jit"] is True, cpu=cpu)
 
 
 MB = 2.0 ** 20
@@ -278,7 +280,7 @@ def markdown(result) -> str:
         "",
         f"XLNet-Base shape ({s['shape']['n_layer']} layers, d {s['shape']['d_model']}, vocab "
         f"{s['shape']['n_token']}), classification head, seq {s['seq']}, {s['batch']} examples per update, AdamW, "
-        f"{'XLA (the trainer default)' if s['jit'] else 'TF graph mode (no XLA)'}; {m['nproc']} CPU "
+        f"{JIT_TEXT[s['jit']]}; {m['nproc']} CPU "
         f"({m['cpu_model']}, {m['mem_total_gib']:.0f} GiB), TF {m['versions'].get('tensorflow')}, "
         f"Keras {m['versions'].get('keras')}. {s['runs']} fresh subprocess(es) per configuration, "
         f"{s['reps']} timed steps each after {s['warmup']} warm-up steps; medians. Started {result['started']}; "
@@ -335,7 +337,8 @@ def main(argv=None):
     p.add_argument("--reps", type=int, default=3, help="timed steps per worker (median reported)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps first (the first compiles)")
     p.add_argument("--runs", type=int, default=1, help="fresh subprocesses per configuration")
-    p.add_argument("--jit", default="true", choices=["true", "false"], help="XLA (trainer default) or graph mode")
+    p.add_argument("--jit", default="true", choices=["true", "update", "false"],
+                   help="whole-step XLA (calibrates xlnet_tf.memory), graph mode + XLA update, or graph mode")
     p.add_argument("--no-xla-dump", action="store_true", help="skip XLA's buffer-assignment dump")
     p.add_argument("--out", default=None, help="json path (default results/memory_levers[_quick].json)")
     p.add_argument("--render", metavar="JSON", help="only re-render the markdown of a saved result")
@@ -382,7 +385,7 @@ def main(argv=None):
         for name in configs:
             label, over = CONFIGS[name]
             spec = dict(shape=shape, seq=args.seq, batch=args.batch, precision="float32", recompute=False,
-                        num_trainable_layers=-1, grad_accum_steps=1, jit=args.jit == "true", reps=args.reps,
+                        num_trainable_layers=-1, grad_accum_steps=1, jit={"true": True, "update": "update", "false": False}[args.jit], reps=args.reps,
                         warmup=args.warmup, xla_dump=not args.no_xla_dump)
             spec.update(over)
             runs = []
@@ -410,7 +413,7 @@ def main(argv=None):
                    + (sys.argv[1:] if argv is None else list(argv)))
     result = {"command": cmd, "machine": info,
               "settings": {"shape": shape, "seq": args.seq, "batch": args.batch, "reps": args.reps,
-                           "warmup": args.warmup, "runs": args.runs, "jit": args.jit == "true",
+                           "warmup": args.warmup, "runs": args.runs, "jit": {"true": True, "update": "update", "false": False}[args.jit],
                            "head": "classification (2 labels)", "dropout": 0.1, "optimizer": "AdamW (Trainer)"},
               "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t_start)),
               "wall_s": time.time() - t_start, "load_start": load_start, "load_end": os.getloadavg(), "rows": rows,

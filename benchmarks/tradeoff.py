@@ -9,7 +9,9 @@ allocator peak over the whole run (GPU:0 on a GPU machine = the device peak, els
 small wrapper that runs the script unchanged; it also covers initialisation and prediction), the memory
 estimator's prediction for the training step (``xlnet_tf.memory.estimate``; it counts tensors, the RSS also holds
 the TensorFlow runtime, XLA executables and the input pipeline), and the task metric (SQuAD v2: the official
-scorer's ``best_f1`` (+ ``f1``, ``exact``); classification: the task's main metric).
+scorer's ``best_f1`` (+ ``f1``, ``exact``, and ``HasAns_span_f1``: the answerable questions scored on the best
+non-null span, which moves before the answerability head learns to beat "no answer"); classification: the
+task's main metric).
 
 Knobs (``--knobs``, each swept with the others at the baseline):
   seq_len               --max_seq_length (SQuAD: doc_stride = seq/2, max_query_length = min(query, seq/2))
@@ -23,7 +25,8 @@ Data: SQuAD v2.0 = the shared dev set split by article (every 5th article held o
 (SST-2 by default; its dev split is the evaluation).
 
 Outputs: ``benchmarks/results/tradeoff_<task>[_quick].{csv,json}`` and one figure per knob
-``tradeoff_<task>[_quick]_<knob>.png`` (metric, seconds/iteration and peak memory vs the knob).
+``tradeoff_<task>[_quick]_<knob>.png`` (metric (+ span F1 on a second axis), seconds/iteration and peak memory vs
+the knob).
 
     python benchmarks/tradeoff.py --quick                                # tiny model, no XLA, minutes
     python benchmarks/tradeoff.py --knobs=seq_len,head                   # the study's defaults
@@ -165,6 +168,25 @@ def command(args, p: Dict, out_dir: str, data: Dict) -> List[str]:
     return cmd + list(args.extra_flag or [])
 
 
+def span_scores(res: Dict, out_dir: str, data: Dict) -> None:
+    """SQuAD v2: adds HasAns_span_f1 / _exact (the answerable questions scored on the best non-null span; see
+    tasks.squad_eval.span_scores) to ``res["eval"]`` when the run's output lacks them (runs made before
+    run_squad.py reported them)."""
+    ev = res.get("eval")
+    path = os.path.join(out_dir, "non_null_predictions.json")
+    if ev is None or "HasAns_span_f1" in ev or not data.get("eval") or not os.path.isfile(path):
+        return
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
+    from tasks import squad_eval
+
+    with open(path) as f:
+        preds = json.load(f)
+    with open(data["eval"], encoding="utf-8") as f:
+        dataset = json.load(f)["data"]
+    ev.update(squad_eval.span_scores(dataset, preds))
+
+
 def run_point(args, p: Dict, data: Dict, log_dir: str) -> Dict:
     name = point_name(p)
     out_dir = os.path.join(args.work_dir, "runs", name)
@@ -175,6 +197,8 @@ def run_point(args, p: Dict, data: Dict, log_dir: str) -> Dict:
             old = json.load(f)
         if old.get("command") == cmd[3:]:
             print(f"    reusing {saved}", flush=True)
+            span_scores(old, out_dir, data)
+            old["estimate"] = estimate_point(args, p)  # the current estimator
             return old
     shutil.rmtree(out_dir, ignore_errors=True)
     os.makedirs(out_dir)
@@ -220,6 +244,7 @@ def run_point(args, p: Dict, data: Dict, log_dir: str) -> Dict:
         res["eval"] = {k: v for k, v in ev.items() if not isinstance(v, (list, dict))}
         key = args.metric or ("best_f1" if args.task == "squad" else "accuracy")
         res["metric_name"], res["metric"] = key, ev.get(key)
+        span_scores(res, out_dir, data)
     hist = os.path.join(out_dir, "model", "train_history.json")
     if os.path.isfile(hist):
         with open(hist) as f:
@@ -263,7 +288,8 @@ def estimate_point(args, p: Dict) -> Dict:
                  head="squad" if args.task == "squad" else "classification", num_labels=2,
                  head_hidden_sizes=sizes(args.deep_head) if deep else (),
                  answer_class_hidden_sizes=sizes(args.deep_answer_class) if deep and args.task == "squad" else (),
-                 jit=args.jit != "false", cpu=not _has_gpu())
+                 jit=args.jit == "true" or (args.jit == "auto" and (_has_gpu() or p["precision"] == "mixed_float16")),
+                 cpu=not _has_gpu())  # auto = the trainer's default_jit: whole-step XLA on GPU and for float16
     return {"total_mib": e["total"] / MiB, "persistent_mib": e["persistent"] / MiB,
             "step_peak_mib": e["step_peak"] / MiB, "activations_mib": e["activations"] / MiB}
 
@@ -279,7 +305,8 @@ def label(knob: str, v) -> str:
 
 def write_csv(path: str, rows: List[Dict]) -> None:
     cols = ["knob", "value", "name", "seq_len", "num_trainable_layers", "head", "precision", "recompute",
-            "grad_accum_steps", "metric_name", "metric", "f1", "exact", "best_f1", "s_per_iter", "examples_per_s",
+            "grad_accum_steps", "metric_name", "metric", "f1", "exact", "best_f1", "HasAns_span_f1", "s_per_iter",
+            "examples_per_s",
             "peak_rss_mib", "allocator_peak_mib", "estimate_mib", "estimate_step_peak_mib", "wall_s", "first_loss",
             "last_loss",
             "load1_start", "load1_end", "returncode"]
@@ -291,7 +318,8 @@ def write_csv(path: str, rows: List[Dict]) -> None:
             p = r["point"]
             w.writerow([r["knob"], label(r["knob"], r["value"]), r["name"], p["seq_len"], p["num_trainable_layers"],
                         p["head"], p["precision"], p["recompute"], p["grad_accum_steps"], r.get("metric_name"),
-                        r.get("metric"), ev.get("f1"), ev.get("exact"), ev.get("best_f1"), r.get("s_per_iter"),
+                        r.get("metric"), ev.get("f1"), ev.get("exact"), ev.get("best_f1"), ev.get("HasAns_span_f1"),
+                        r.get("s_per_iter"),
                         r.get("examples_per_s"), round(r["peak_rss_mib"], 1),
                         None if r.get("allocator_peak_mib") is None else round(r["allocator_peak_mib"], 1),
                         round(r["estimate"]["total_mib"], 1),
@@ -319,6 +347,12 @@ def plot(rows: List[Dict], knob: str, path: str, title: str) -> None:
         if ok:
             ax.plot([x for x, _ in ok], [y for _, y in ok], "o-", color=color)
         ax.set_ylabel(name)
+    span = [(x, r.get("eval", {}).get("HasAns_span_f1")) for x, r in zip(xpos, pts)]
+    span = [(x, y) for x, y in span if y is not None]
+    if span:
+        twin = axes[0].twinx()
+        twin.plot([x for x, _ in span], [y for _, y in span], "d:", color="tab:orange")
+        twin.set_ylabel("HasAns span F1 (no threshold)", color="tab:orange")
     ax = axes[2]
     ax.plot(xpos, [r["peak_rss_mib"] for r in pts], "o-", color="tab:green", label="peak RSS (measured)")
     alloc = [(x, r["allocator_peak_mib"]) for x, r in zip(xpos, pts) if r.get("allocator_peak_mib")]
@@ -344,7 +378,7 @@ def plot(rows: List[Dict], knob: str, path: str, title: str) -> None:
 
 
 def print_table(rows: List[Dict]) -> None:
-    hdr = (f"{'knob':<22}{'value':>9}{'metric':>9}{'s/iter':>9}{'ex/s':>8}{'RSS MiB':>9}{'alloc MiB':>10}"
+    hdr = (f"{'knob':<22}{'value':>9}{'metric':>9}{'spanF1':>8}{'s/iter':>9}{'ex/s':>8}{'RSS MiB':>9}{'alloc MiB':>10}"
            f"{'est MiB':>9}{'loss':>16}")
     print(hdr)
     print("-" * len(hdr))
@@ -352,6 +386,7 @@ def print_table(rows: List[Dict]) -> None:
         fmt = lambda v, f: ("-" if v is None else format(v, f))  # noqa: E731
         loss = (f"{r['first_loss']:.2f}->{r['last_loss']:.2f}" if r.get("first_loss") is not None else "-")
         print(f"{r['knob']:<22}{label(r['knob'], r['value']):>9}{fmt(r.get('metric'), '.2f'):>9}"
+              f"{fmt(r.get('eval', {}).get('HasAns_span_f1'), '.2f'):>8}"
               f"{fmt(r.get('s_per_iter'), '.3f'):>9}{fmt(r.get('examples_per_s'), '.1f'):>8}"
               f"{r['peak_rss_mib']:>9.0f}{fmt(r.get('allocator_peak_mib'), '.0f'):>10}"
               f"{r['estimate']['total_mib']:>9.0f}{loss:>16}"
@@ -386,7 +421,7 @@ def main(argv=None):
     p.add_argument("--warmup_steps", type=int, default=20)
     p.add_argument("--learning_rate", type=float, default=3e-4)
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--jit", default=None, choices=["auto", "true", "false"],
+    p.add_argument("--jit", default=None, choices=["auto", "true", "update", "false"],
                    help="XLA in the runs (default auto = the trainer's default; --quick: false, as XLA's compile "
                         "of even a tiny step takes minutes on a loaded 2-core CPU)")
     p.add_argument("--metric", default=None, help="eval_results.json key (default best_f1 / accuracy)")

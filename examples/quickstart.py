@@ -414,7 +414,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--fresh", action="store_true", help="delete the output dir first (no caches)")
     ap.add_argument("--rerun", action="store_true",
                     help="re-run run_classifier.py even when its results exist for the same settings")
-    ap.add_argument("--jit", default=None, choices=("auto", "true", "false"),
+    ap.add_argument("--jit", default=None, choices=("auto", "true", "update", "false"),
                     help="XLA for run_classifier.py (default: auto; false with --smoke)")
     ap.add_argument("--verbose", action="store_true", help="echo run_classifier.py's whole log")
     args = ap.parse_args(argv)

@@ -61,8 +61,10 @@ The model (one replica, one optimizer update of ``batch`` examples, ``grad_accum
 The step peak is found on a timeline, not by summing: at the end of the forward every kept activation is alive
 and no block gradient exists yet; going down the backward, block j's activations are freed as its gradients
 appear. So ``peak = max(forward, each backward block, update)``; the naive sum of the components is also
-reported (an upper bound). Backend: ``jit=True`` (the trainer's default on one device: XLA, whose buffer
-assignment fuses elementwise chains) or ``jit=False`` (TF graph mode, which keeps more intermediates).
+reported (an upper bound). Backend: ``jit=True`` (whole-step XLA: the trainer's ``--jit=true`` and its default on
+one GPU; XLA's buffer assignment fuses elementwise chains) or ``jit=False`` (TF graph mode, which keeps more
+intermediates: ``--jit=false`` and ``--jit=update``, the default on one CPU, whose forward and backward are graph
+mode).
 
 What XLA does on top (found in its buffer-assignment dumps of the real step, modelled because they decide
 the peak; both are properties of this implementation, not of XLNet):
@@ -484,7 +486,9 @@ def main(argv=None) -> int:
     p.add_argument("--num_labels", type=int, default=2)
     p.add_argument("--head_hidden_sizes", default="", help="comma list, e.g. 512,384")
     p.add_argument("--answer_class_hidden_sizes", default="", help="SQuAD head, comma list, e.g. 256")
-    p.add_argument("--jit", default="true", choices=["true", "false"], help="XLA (the trainer's default) or not")
+    p.add_argument("--jit", default="true", choices=["true", "update", "false"],
+                   help="the trainer's --jit: true = whole-step XLA (calibrated; the default on GPU); update (the "
+                        "default on CPU) and false = graph-mode activations")
     p.add_argument("--device", default="accelerator", choices=["accelerator", "cpu"],
                    help="cpu: XLA:CPU upcasts 16-bit matmuls, so mixed precision keeps float32 activations")
     p.add_argument("--rng_hoisting", default="auto", choices=["auto", "true", "false"],
