@@ -57,6 +57,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_util import cpu_model, versions  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BASE = dict(n_layer=12, d_model=768, n_head=12, d_head=64, d_inner=3072, n_token=32000)
@@ -348,22 +351,10 @@ class Worker:
 
 
 def machine_info():
-    cpu = "?"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+    cpu = cpu_model()
     with open("/proc/cpuinfo") as f:
         flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
-    from importlib import metadata
-
-    vers = {}
-    for dist in ("tensorflow", "keras", "torch", "transformers", "numpy"):
-        try:
-            vers[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            vers[dist] = None
+    vers = versions(("tensorflow", "keras", "torch", "transformers", "numpy"))
     try:
         git = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
         dirty = subprocess.run(["git", "status", "--short", "xlnet_tf"], capture_output=True, text=True,

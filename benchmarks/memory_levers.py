@@ -43,6 +43,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_util import cpu_model, versions  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BASE = dict(n_layer=12, d_model=768, n_head=12, d_head=64, d_inner=3072, n_token=32000)
@@ -164,25 +167,13 @@ def worker(spec: dict) -> None:
 
 # ====================================================================== driver side
 def machine_info() -> dict:
-    cpu = "?"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+    cpu = cpu_model()
     mem_total = None
     with open("/proc/meminfo") as f:
         for line in f:
             if line.startswith("MemTotal:"):
                 mem_total = int(line.split()[1]) / 1024.0 / 1024.0
-    from importlib import metadata
-
-    vers = {}
-    for dist in ("tensorflow", "keras", "numpy"):
-        try:
-            vers[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            vers[dist] = None
+    vers = versions(("tensorflow", "keras", "numpy"))
     return {"nproc": os.cpu_count(), "cpu_model": cpu, "mem_total_gib": mem_total,
             "python": platform.python_version(), "versions": vers,
             "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1 (set by xlnet_tf)")}
