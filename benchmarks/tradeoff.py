@@ -346,6 +346,9 @@ def plot(rows: List[Dict], knob: str, path: str, title: str) -> None:
         ok = [(x, y) for x, y in zip(xpos, ys) if y is not None]
         if ok:
             ax.plot([x for x, _ in ok], [y for _, y in ok], "o-", color=color)
+            lo, hi = min(y for _, y in ok), max(y for _, y in ok)
+            if ax is axes[0] and hi - lo < 1.0:  # a flat metric: do not blow up noise to full height
+                ax.set_ylim((lo + hi) / 2 - 1.0, (lo + hi) / 2 + 1.0)
         ax.set_ylabel(name)
     span = [(x, r.get("eval", {}).get("HasAns_span_f1")) for x, r in zip(xpos, pts)]
     span = [(x, y) for x, y in span if y is not None]
