@@ -314,9 +314,7 @@ def worker(spec_json: str) -> None:
 
         info["onednn"] = bool(_pywrap_util_port.IsMklEnabled())
     if spec["impl"] in MG_IMPLS:  # its own venv: record what it ran on
-        from importlib import metadata
-
-        info["versions"] = {d: metadata.version(d) for d in ("tensorflow", "tf-keras", "tf-models-official")}
+        info["versions"] = versions(("tensorflow", "tf-keras", "tf-models-official"))
         info["python"] = sys.executable
         info["keras3_loaded"] = "keras" in sys.modules  # False with TF_USE_LEGACY_KERAS=1 (see Worker)
     print(f"{PROTO}DONE " + json.dumps(info), file=out, flush=True)

@@ -61,9 +61,8 @@ class TrainConfig:
     num_trainable_layers: Optional[int] = None   # None / -1: all
     # XLA: "step" (True) compiles the whole replica step; "update" only the optimizer update (clip, scale,
     # AdamW), the forward and backward stay on the plain graph (oneDNN); "off" (False) neither.
-    # None = auto: "step" on one GPU (and for float16 on CPU), "update" on one CPU device, "off" under
-    # multi-device or TPU
-    # (TPUStrategy compiles everything itself). Why: benchmarks/backbone.py, BUILD.md "Backbone speed".
+    # None = auto (``default_jit``): "step" on one GPU and for float16, "update" on one CPU device, "off" under
+    # multi-device or TPU (TPUStrategy compiles everything itself). Why: BUILD.md, "XLA where it pays".
     jit_compile: Union[None, bool, str] = None
     model_dir: Optional[str] = None        # checkpoints + TensorBoard; None: neither
     save_steps: int = 1000                 # 0: only at the end
@@ -157,8 +156,9 @@ class Progress:
 
 def default_jit(strategy: tf.distribute.Strategy, precision: str = "float32") -> str:
     """The ``jit_compile=None`` choice (see TrainConfig), measured, not assumed (BUILD.md, "XLA where it pays").
-    float16 on a CPU always takes the whole step: TF's CPU kernels have no fast float16 matmul (a small model's
-    step ran ~30x slower in graph mode), while XLA:CPU computes 16-bit matmuls in float32."""
+    float16 always takes the whole step: TF's CPU kernels have no fast float16 matmul (measured: a small model's
+    SQuAD run in graph mode had not reached step 20 after 16 min, against 0.7 s/step in float32), while XLA:CPU
+    computes 16-bit matmuls in float32."""
     if strategy.num_replicas_in_sync != 1 or isinstance(strategy, tf.distribute.TPUStrategy):
         return "off"
     try:
@@ -409,8 +409,8 @@ def predict(model, dataset: tf.data.Dataset, strategy: Optional[tf.distribute.St
     dist = strategy.experimental_distribute_dataset(dataset)
     forward = lambda f: dict(output_fn(f, model(f, training=False)))  # noqa: E731
     policy = getattr(getattr(model, "dtype_policy", None), "name", "float32")
-    if default_jit(strategy, policy) == "step" and policy == "mixed_float16":
-        forward = tf.function(forward, jit_compile=True)  # float16 on CPU: only XLA has fast kernels
+    if policy == "mixed_float16" and default_jit(strategy, policy) == "step":
+        forward = tf.function(forward, jit_compile=True)  # as training: on a CPU only XLA has fast float16
 
     @tf.function
     def step(features):
