@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from xlnet_tf import XLNetConfig, XLNetModel
+from xlnet_tf import XLNetConfig, XLNetModel, layers
 
 TINY = dict(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64, n_token=60)
 
@@ -95,7 +95,9 @@ def test_mixed_precision_masks_do_not_overflow(policy):
         keras.mixed_precision.set_global_policy("float32")
 
 
-def test_recompute_same_loss_and_gradients():
+@pytest.mark.parametrize("chunk", [0, 3])
+def test_recompute_same_loss_and_gradients(chunk, monkeypatch):
+    monkeypatch.setattr(layers, "ATTN_CHUNK", chunk)  # 3: the 7 queries run as two chunks (3 + 4 rows)
     ids, seg, mask = _inputs()
     tm = np.eye(7, dtype=np.float32)[None, 2:5].repeat(2, 0)
     perm = np.triu(np.ones((7, 7), np.float32))[None].repeat(2, 0)
@@ -118,6 +120,40 @@ def test_recompute_same_loss_and_gradients():
     assert abs(l0 - l1) < 1e-6
     assert all(g is not None for g in g1)
     assert max(np.abs(a - b).max() for a, b in zip(g0, g1)) < 1e-5
+
+
+def test_query_chunks_bounds():
+    assert layers.query_chunks(None, 128) is None and layers.query_chunks(255, 128) is None
+    assert layers.query_chunks(512, 0) is None
+    assert layers.query_chunks(512, 128) == [(0, 128), (128, 256), (256, 384), (384, 512)]
+    assert layers.query_chunks(13, 3) == [(0, 3), (3, 6), (6, 9), (9, 13)]
+
+
+def test_query_chunks_same_outputs_and_gradients(monkeypatch):
+    """Attention in query chunks (mems, padding, segments, two streams, bi_data) == attention in one piece."""
+    rng = np.random.default_rng(5)
+    b, q, mlen = 2, 13, 4
+    ids = rng.integers(10, 60, (b, q)).astype(np.int32)
+    seg = (np.arange(q)[None] >= 6).astype(np.int32).repeat(b, 0)
+    mask = np.ones((b, q), np.int32)
+    mask[1, :3] = 0
+    perm = (rng.random((b, q, q)) < 0.3).astype(np.float32)
+    tm = np.eye(q, dtype=np.float32)[None, 4:9].repeat(b, 0)
+    mems = [rng.normal(0, 1, (b, mlen, TINY["d_model"])).astype(np.float32) for _ in range(TINY["n_layer"])]
+    kw = dict(segment_ids=seg, padding_mask=mask, perm_mask=perm, target_mapping=tm, mems=mems)
+    m = XLNetModel(XLNetConfig(**TINY, dropout=0.0, dropatt=0.0, bi_data=True, mem_len=mlen))
+    results = []
+    for chunk in (0, 3):
+        monkeypatch.setattr(layers, "ATTN_CHUNK", chunk)
+        with tf.GradientTape() as tape:
+            out = m(ids, **kw, training=True)
+            loss = tf.reduce_mean(tf.square(out["sequence_output"])) + tf.reduce_mean(tf.square(out["query_output"]))
+        grads = [tf.convert_to_tensor(g).numpy() for g in tape.gradient(loss, m.trainable_variables)
+                 if g is not None]  # lm_bias only serves lm_logits
+        results.append((out["sequence_output"].numpy(), out["query_output"].numpy(), grads))
+    (h0, g0, d0), (h1, g1, d1) = results
+    assert np.abs(h0 - h1).max() <= 1e-6 and np.abs(g0 - g1).max() <= 1e-6
+    assert max(np.abs(a - c).max() for a, c in zip(d0, d1)) <= 1e-6
 
 
 def test_variable_depths_cover_every_trainable_weight():

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 from transformers.models.xlnet import modeling_xlnet as hf_xlnet  # noqa: E402
 
-from xlnet_tf import XLNetConfig, XLNetModel  # noqa: E402
+from xlnet_tf import XLNetConfig, XLNetModel, layers  # noqa: E402
 from xlnet_tf.checkpoint import CheckpointError, write_tf_checkpoint  # noqa: E402
 
 TOL = 1e-5
@@ -56,6 +56,14 @@ def original_ckpt(tmp_path_factory):
         json.dump({"n_layer": L, "d_model": D, "n_head": NH, "d_head": DH, "d_inner": DI,
                    "ff_activation": "gelu", "untie_r": True, "n_token": V}, f)
     return d
+
+
+@pytest.fixture(params=[0, 3], ids=["whole", "chunked"])
+def attn_chunk(request, monkeypatch):
+    """Each numerical test runs with attention in one piece and in query chunks of ~3 rows (``query_chunks``:
+    sequences of 6+ rows are split, e.g. 10 rows -> 3 + 3 + 4), which must give the same numbers."""
+    monkeypatch.setattr(layers, "ATTN_CHUNK", request.param)
+    return request.param
 
 
 def hf_model(ckpt_dir, **run):
@@ -109,7 +117,7 @@ def left_padded_batch(rng, b=3, q=10):
     return ids, seg, mask
 
 
-def test_padding_three_segments_and_lm_logits(original_ckpt):
+def test_padding_three_segments_and_lm_logits(original_ckpt, attn_chunk):
     rng = np.random.default_rng(1)
     ids, seg, mask = left_padded_batch(rng)
     ref_out, ref_logits, _ = hf_run(hf_model(original_ckpt), ids, token_type_ids=seg, attention_mask=mask)
@@ -130,7 +138,7 @@ def test_padding_three_segments_and_lm_logits(original_ckpt):
     dict(mem_len=5, attn_type="uni", same_length=True),
     dict(mem_len=4, attn_type="uni"),
 ])
-def test_mems_over_two_segments(original_ckpt, run):
+def test_mems_over_two_segments(original_ckpt, attn_chunk, run):
     rng = np.random.default_rng(2)
     ref_model, m = hf_model(original_ckpt, **run), ours(original_ckpt, **run)
     mems_ref = mems_ours = None
@@ -163,7 +171,7 @@ def perm_inputs(rng, b=2, q=8, num_predict=3):
 
 
 @pytest.mark.parametrize("run", [dict(), dict(bi_data=True, clamp_len=3), dict(mem_len=4)])
-def test_two_stream_perm_mask_target_mapping(original_ckpt, run):
+def test_two_stream_perm_mask_target_mapping(original_ckpt, attn_chunk, run):
     rng = np.random.default_rng(3)
     ids, perm, tmap = perm_inputs(rng)
     seg = np.zeros_like(ids)
@@ -187,7 +195,7 @@ def test_two_stream_perm_mask_target_mapping(original_ckpt, run):
 
 @pytest.mark.parametrize("run", [dict(bi_data=True), dict(clamp_len=2), dict(attn_type="uni"),
                                  dict(attn_type="uni", same_length=True, mem_len=3)])
-def test_positional_options(original_ckpt, run):
+def test_positional_options(original_ckpt, attn_chunk, run):
     rng = np.random.default_rng(4)
     ids, seg, mask = left_padded_batch(rng, b=4, q=9)
     ref_model = hf_model(original_ckpt, **run)

@@ -116,6 +116,32 @@ def attention_probs(ac, bd, ef, ef_diff, blocked):
 XLA_SCORES = os.environ.get("XLNET_TF_XLA_SCORES", "1").lower() not in ("0", "false", "no", "off")
 _attention_probs_xla = tf.function(attention_probs, jit_compile=True, reduce_retracing=True)
 
+# Query chunks. For bidirectional attention the positional scores BD are [q, klen + qlen] per head, but row i
+# only reads the klen columns starting at qlen - i (``rel_shift``). Rows [i0, i1) together read the
+# klen + (i1 - i0) columns starting at qlen - i1, so computing BD chunk by chunk over the queries does only
+# klen + chunk columns per row instead of klen + qlen (at seq 512 with 128-row chunks: 640 instead of 1024),
+# and each chunk's score tensors are a quarter of the size. Every score is the same dot product as before:
+# the outputs are bit-identical. Used when the query length is known when tracing, attn_type is "bi" and the
+# query is at least two chunks long. XLNET_TF_ATTN_CHUNK sets the chunk length in rows (0 = never chunk).
+ATTN_CHUNK = int(os.environ.get("XLNET_TF_ATTN_CHUNK", "128"))
+
+
+def query_chunks(qlen: Optional[int], chunk: int = None):
+    """Static (start, end) row ranges of the query chunks, or None when attention runs in one piece."""
+    chunk = ATTN_CHUNK if chunk is None else chunk
+    if qlen is None or chunk <= 0 or qlen < 2 * chunk:
+        return None
+    n = int(round(qlen / chunk))
+    bounds = [qlen * c // n for c in range(n + 1)]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def _rows(x, axis: int, start: int, end: int):
+    """x[..., start:end, ...] along ``axis`` via ``tf.slice`` (its gradient is a cheap Pad)."""
+    begin = [0] * axis + [start]
+    size = [-1] * axis + [end - start]
+    return tf.slice(x, begin + [0] * (len(x.shape) - axis - 1), size + [-1] * (len(x.shape) - axis - 1))
+
 
 class XLNetBlock(keras.layers.Layer):
     """One XLNet layer: relative multi-head attention (content + optional query stream) and the FFN.
@@ -183,6 +209,28 @@ class XLNetBlock(keras.layers.Layer):
         return tf.expand_dims(self._w(var), 1)
 
     def _attend(self, q_head, k_head, v_head, kr, ef_diff, blocked, seed, salt):
+        """Relative attention for queries q_head [b, n, q, h] over keys/values [b, n, k, h]: [b, n, q, h].
+
+        Runs in query chunks where ``query_chunks`` says so (see there); chunk c > 0 folds its index into the
+        attention-dropout salt, so its mask is its own.
+        """
+        qlen = q_head.shape[2]
+        chunks = query_chunks(qlen) if self.config.attn_type == "bi" else None
+        if chunks is None:
+            return self._attend_rows(q_head, k_head, v_head, kr, ef_diff, blocked, seed, salt)
+        klen = tf.shape(k_head)[2]
+        outs = []
+        for c, (i0, i1) in enumerate(chunks):
+            # Rows i0..i1-1 read positional encodings qlen - i1 .. qlen - i1 + klen + (i1 - i0) - 1.
+            kr_c = tf.slice(kr, tf.stack([0, 0, qlen - i1, 0]), tf.stack([-1, -1, klen + (i1 - i0), -1]))
+            outs.append(self._attend_rows(
+                _rows(q_head, 2, i0, i1), k_head, v_head, kr_c,
+                None if ef_diff is None else _rows(ef_diff, 1, i0, i1),
+                None if blocked is None else _rows(blocked, 1, i0, i1),
+                seed, salt if c == 0 else salt + 1000 * c))
+        return tf.concat(outs, axis=2)
+
+    def _attend_rows(self, q_head, k_head, v_head, kr, ef_diff, blocked, seed, salt):
         """Core relative attention for queries q_head [b, n, q, h] over keys/values [b, n, k, h].
 
         kr: [pb, n, r, h] projected positional encodings (shared by the batch, or by each half with bi_data);
