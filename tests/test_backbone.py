@@ -122,6 +122,49 @@ def test_recompute_same_loss_and_gradients(chunk, monkeypatch):
     assert max(np.abs(a - b).max() for a, b in zip(g0, g1)) < 1e-5
 
 
+@pytest.mark.parametrize("shape", [(5, 16), (2, 3, 16)])
+def test_xla_layer_norm_and_gelu_match_plain_ops_with_gradients(shape):
+    """The XLA clusters (forward + hand-written backward) against TensorFlow's own ops and autodiff."""
+    rng = np.random.default_rng(7)
+    x = tf.constant(rng.normal(0, 2, shape), tf.float32)
+    dy = tf.constant(rng.normal(0, 1, shape), tf.float32)
+    gamma = tf.Variable(rng.normal(1, 0.3, shape[-1:]).astype(np.float32))
+    beta = tf.Variable(rng.normal(0, 0.3, shape[-1:]).astype(np.float32))
+    pairs = [(lambda v: layers.layer_norm(v, gamma, beta, 1e-12), lambda v: layers.layer_norm_ops(v, gamma, beta, 1e-12)),
+             (layers.gelu_tanh_train, layers.gelu_tanh)]
+    for fused, plain in pairs:
+        results = []
+        for fn in (fused, plain):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = fn(x)
+            results.append([y] + tape.gradient(y, [x, gamma, beta], output_gradients=dy))
+        for a, b in zip(*results):
+            if b is None:
+                assert a is None
+                continue
+            np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_xla_fusions_off_same_outputs_and_gradients(monkeypatch):
+    """XLNET_TF_XLA_FUSIONS=0 (plain ops everywhere) and the default give the same model, dropout included."""
+    ids, seg, mask = _inputs()
+    m = XLNetModel(XLNetConfig(**TINY, dropout=0.1, dropatt=0.1), seed=4)
+    results = []
+    for fusions in (True, False):
+        monkeypatch.setattr(layers, "XLA_FUSIONS", fusions)
+        m.dropout_seed.assign([4, 0])
+        infer = m(ids, segment_ids=seg, padding_mask=mask)["sequence_output"].numpy()
+        with tf.GradientTape() as tape:
+            h = m(ids, segment_ids=seg, padding_mask=mask, training=True)["sequence_output"]
+            loss = tf.reduce_mean(tf.square(h))
+        grads = [tf.convert_to_tensor(g).numpy() for g in tape.gradient(loss, m.trainable_variables) if g is not None]
+        results.append((infer, h.numpy(), grads))
+    (i0, h0, g0), (i1, h1, g1) = results
+    assert np.abs(i0 - i1).max() < 1e-5 and np.abs(h0 - h1).max() < 1e-5
+    assert len(g0) == len(g1) and max(np.abs(a - b).max() for a, b in zip(g0, g1)) < 1e-5
+
+
 def test_query_chunks_bounds():
     assert layers.query_chunks(None, 128) is None and layers.query_chunks(255, 128) is None
     assert layers.query_chunks(512, 0) is None

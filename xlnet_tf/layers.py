@@ -18,13 +18,59 @@ import tensorflow as tf
 from xlnet_tf.masks import mask_value
 
 
+# Small XLA clusters. The matmuls run on oneDNN (XLA's CPU matmuls are ~15% slower), but the memory-bound
+# elementwise chains between them are each compiled as one small XLA cluster, which fuses ~10 TensorFlow ops
+# (one pass over memory each) into one or two passes: the attention score chain at inference, LayerNorm
+# (forward and a hand-written backward), and the GELU of a training step (forward and backward). Dropout is
+# never inside a cluster (XLA's CPU random kernels are slow), so the stateless masks do not depend on them.
+# Same formulas; outputs within ~2e-6 of the plain ops at Base size. XLNET_TF_XLA_FUSIONS=0 turns them all off
+# (plain TensorFlow ops everywhere). Measurements: BUILD.md "Backbone speed".
+XLA_FUSIONS = os.environ.get("XLNET_TF_XLA_FUSIONS", "1").lower() not in ("0", "false", "no", "off")
+
+
+def _xla(fn):
+    return tf.function(fn, jit_compile=True, reduce_retracing=True)
+
+
 def gelu_tanh(x):
     """The original's GELU: 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))).
 
     Written through ``tf.nn.gelu(approximate=True)`` (the same formula, op for op) so TensorFlow's graph
-    optimiser recognises it and fuses MatMul + BiasAdd + GELU into one oneDNN kernel.
+    optimiser recognises it and fuses MatMul + BiasAdd + GELU into one oneDNN kernel (inference).
     """
     return tf.nn.gelu(x, approximate=True)
+
+
+_GELU_C = math.sqrt(2.0 / math.pi)
+
+
+def _gelu_tanh_value(u):
+    return 0.5 * u * (1.0 + tf.tanh(_GELU_C * (u + 0.044715 * u * u * u)))
+
+
+def _gelu_tanh_grad(u, dy):
+    """dy * d/du of the tanh GELU: 0.5(1 + t) + 0.5u(1 - t^2) sqrt(2/pi)(1 + 3 * 0.044715u^2)."""
+    u2 = u * u
+    t = tf.tanh(_GELU_C * (u + 0.044715 * u * u2))
+    return dy * (0.5 * (1.0 + t) + 0.5 * u * (1.0 - t * t) * (_GELU_C * (1.0 + 3.0 * 0.044715 * u2)))
+
+
+_gelu_tanh_value_xla = _xla(_gelu_tanh_value)
+_gelu_tanh_grad_xla = _xla(_gelu_tanh_grad)
+
+
+@tf.custom_gradient
+def gelu_tanh_train(u):
+    """The tanh GELU of a training step: forward and backward each one XLA-fused pass over [tokens, d_inner].
+
+    Differentiated op by op, ``tf.nn.gelu`` makes ~10 elementwise passes over the block's largest activation
+    in the backward (and the forward is no longer fused into the matmul, since the backward needs the
+    pre-activation).
+    """
+    def grad(dy):
+        return _gelu_tanh_grad_xla(u, dy)
+
+    return _gelu_tanh_value_xla(u), grad
 
 
 def activation_fn(name: str):
@@ -46,6 +92,54 @@ def dropout(x, rate: float, seed: Optional[tf.Tensor], salt: int):
 
 
 def layer_norm(x, gamma, beta, eps: float):
+    """LayerNorm over the last axis, statistics in float32 (safe under float16 compute).
+
+    With ``XLA_FUSIONS`` the forward is one XLA cluster that also returns the row mean and 1/std, and the
+    backward is a second cluster (the closed-form LayerNorm gradient); otherwise plain TensorFlow ops.
+    """
+    if not XLA_FUSIONS:
+        return layer_norm_ops(x, gamma, beta, eps)
+
+    @tf.custom_gradient
+    def ln(x, gamma, beta):
+        y, mean, rstd = _ln_forward_xla(x, gamma, beta, eps)
+
+        def grad(dy):
+            return _ln_backward_xla(x, mean, rstd, gamma, dy)
+
+        return y, grad
+
+    return ln(x, tf.convert_to_tensor(gamma), tf.convert_to_tensor(beta))
+
+
+def _ln_forward(x, gamma, beta, eps):
+    x32 = tf.cast(x, tf.float32)
+    mean = tf.reduce_mean(x32, axis=-1, keepdims=True)
+    xc = x32 - mean
+    rstd = tf.math.rsqrt(tf.reduce_mean(xc * xc, axis=-1, keepdims=True) + eps)
+    y = xc * rstd * tf.cast(gamma, tf.float32) + tf.cast(beta, tf.float32)
+    return tf.cast(y, x.dtype), mean, rstd
+
+
+def _ln_backward(x, mean, rstd, gamma, dy):
+    """Gradients of ``_ln_forward`` for x, gamma and beta: with xhat = (x - mean) * rstd and g = dy * gamma,
+    dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), dgamma = sum(dy * xhat), dbeta = sum(dy)."""
+    x32, dy32 = tf.cast(x, tf.float32), tf.cast(dy, tf.float32)
+    xhat = (x32 - mean) * rstd
+    g = dy32 * tf.cast(gamma, tf.float32)
+    dx = rstd * (g - tf.reduce_mean(g, axis=-1, keepdims=True)
+                 - xhat * tf.reduce_mean(g * xhat, axis=-1, keepdims=True))
+    d = tf.shape(x)[-1:]
+    dgamma = tf.reduce_sum(tf.reshape(dy32 * xhat, tf.concat([[-1], d], 0)), axis=0)
+    dbeta = tf.reduce_sum(tf.reshape(dy32, tf.concat([[-1], d], 0)), axis=0)
+    return tf.cast(dx, x.dtype), tf.cast(dgamma, gamma.dtype), tf.cast(dbeta, gamma.dtype)
+
+
+_ln_forward_xla = _xla(_ln_forward)
+_ln_backward_xla = _xla(_ln_backward)
+
+
+def layer_norm_ops(x, gamma, beta, eps: float):
     """LayerNorm over the last axis, statistics in float32 (safe under float16 compute)."""
     dtype = x.dtype
     x32 = tf.cast(x, tf.float32)
@@ -107,14 +201,9 @@ def attention_probs(ac, bd, ef, ef_diff, blocked):
     return tf.cast(prob, ac.dtype)
 
 
-# The elementwise chain above (shift, adds, selects, softmax) is memory-bound: as separate TensorFlow ops it
-# makes ~10 passes over [b, n, q, k] tensors. Compiled as one small XLA cluster it fuses into a few passes,
-# while the matmuls around it stay on oneDNN (XLA's CPU matmuls are slower): ~5% faster inference at seq 512
-# on CPU. Used only without dropout (inference): with dropout the backward of the cluster measured slower.
-# Dropout is never inside the cluster, so the stateless masks do not depend on it. XLNET_TF_XLA_SCORES=0
-# turns it off.
-XLA_SCORES = os.environ.get("XLNET_TF_XLA_SCORES", "1").lower() not in ("0", "false", "no", "off")
-_attention_probs_xla = tf.function(attention_probs, jit_compile=True, reduce_retracing=True)
+# The score chain above (shift, adds, selects, softmax) as one XLA cluster (see XLA_FUSIONS): ~5% faster
+# inference at seq 512. Inference only: in a training step the backward of the cluster measured slower.
+_attention_probs_xla = _xla(attention_probs)
 
 # Query chunks. For bidirectional attention the positional scores BD are [q, klen + qlen] per head, but row i
 # only reads the klen columns starting at qlen - i (``rel_shift``). Rows [i0, i1) together read the
@@ -254,7 +343,7 @@ class XLNetBlock(keras.layers.Layer):
         if ef_diff is not None:
             seg = tf.transpose(self._w(self.seg_embed), [1, 2, 0])  # [n, h, 2]
             ef = tf.matmul(qs + self._head_bias(self.r_s_bias) * scale, seg)  # [b, n, q, 2]
-        probs_fn = _attention_probs_xla if XLA_SCORES and seed is None else attention_probs
+        probs_fn = _attention_probs_xla if XLA_FUSIONS and seed is None else attention_probs
         prob = probs_fn(ac, bd, ef, ef_diff, blocked)
         prob = dropout(prob, c.dropatt, seed, salt)
         return tf.matmul(prob, v_head)  # [b, n, q, h]
@@ -275,7 +364,7 @@ class XLNetBlock(keras.layers.Layer):
         # MatMul -> BiasAdd -> activation on 2-D tensors: oneDNN fuses the three into one kernel.
         h = tf.nn.bias_add(tf.matmul(tf.reshape(x, [-1, c.d_model]), self._w(self.ff1_kernel)),
                            self._w(self.ff1_bias))
-        h = self.act(h)
+        h = gelu_tanh_train(h) if XLA_FUSIONS and seed is not None and self.act is gelu_tanh else self.act(h)
         h = tf.reshape(h, tf.stack([shape[0], shape[1], c.d_inner]))
         h = dropout(h, c.dropout, seed, salt)
         h = tf.nn.bias_add(tf.matmul(tf.reshape(h, [-1, c.d_inner]), self._w(self.ff2_kernel)),
