@@ -1,0 +1,142 @@
+#!/usr/bin/env python
+"""A/B of ``xlnet_tf.layers`` switches on the XLNet-Base backbone, interleaved in ONE process.
+
+Each variant is a comma list of ``NAME=VALUE`` settings of module attributes of ``xlnet_tf.layers`` (for
+example ``XLA_FUSIONS=0`` or ``ATTN_CHUNK=0``; ``base`` = no change). The settings are read when a function is
+traced, so every variant gets its own ``tf.function``, traced with its settings in place and timed with them
+restored: all variants share one model, one process and one machine state, and their timed repetitions take
+turns (rep 1 of every variant, then rep 2, ...). This resolves differences of a few percent that separate
+processes on a shared VM cannot. Medians are reported; the first variant is the reference.
+
+* ``--mode infer``: forward, ``training=False`` (no dropout);
+* ``--mode train``: forward + backward to every weight the forward uses (loss = mean(h^2), dropout 0.1), no
+  optimizer update (see ``backbone.py`` for the full step).
+
+    python benchmarks/ab_switches.py --mode train --shape 8x128 XLA_FUSIONS=0 base
+    python benchmarks/ab_switches.py --mode infer --shape 2x512 ATTN_CHUNK=0 base --reps 9
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, ROOT)
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+
+from backbone import BASE, _inputs  # noqa: E402
+from bench_util import cpu_model, versions  # noqa: E402
+
+
+def parse_variant(text: str):
+    """'A=1,B=0' -> [('A', '1'), ('B', '0')]; 'base' -> []."""
+    if text == "base":
+        return []
+    out = []
+    for item in text.split(","):
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"variant {text!r}: expected NAME=VALUE[,NAME=VALUE] or 'base', got {item!r}")
+        out.append((name, value))
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("variants", nargs="+", help="NAME=VALUE[,NAME=VALUE] settings of xlnet_tf.layers, or 'base'")
+    p.add_argument("--mode", choices=("infer", "train"), default="infer")
+    p.add_argument("--shape", default="8x128", help="batch x seq")
+    p.add_argument("--reps", type=int, default=9)
+    p.add_argument("--n-layer", type=int, default=BASE["n_layer"])
+    p.add_argument("--out", default=os.path.join(HERE, "results", "ab_switches.json"))
+    args = p.parse_args(argv)
+    batch, seq = (int(v) for v in args.shape.split("x"))
+
+    import keras
+    import tensorflow as tf
+
+    from xlnet_tf import XLNetConfig, layers
+    from xlnet_tf.modeling import XLNetModel
+
+    for v in args.variants:
+        for name, _ in parse_variant(v):
+            if not hasattr(layers, name) or not name.isupper():
+                raise SystemExit(f"variant {v!r}: xlnet_tf.layers has no switch {name!r}")
+    train = args.mode == "train"
+    rate = 0.1 if train else 0.0
+    cfg = XLNetConfig(**dict(BASE, n_layer=args.n_layer), ff_activation="gelu", untie_r=True, dropout=rate,
+                      dropatt=rate)
+    keras.utils.set_random_seed(0)
+    model = XLNetModel(cfg, seed=0)
+    ids, seg, mask = (tf.constant(x, tf.int32) for x in _inputs(batch, seq, cfg.n_token))
+    unused = {id(model.mask_emb), id(model.lm_bias)}
+    tvars = [v for v in model.trainable_variables if id(v) not in unused]
+
+    def make(settings):
+        @tf.function
+        def step():
+            if not train:
+                return model(ids, segment_ids=seg, padding_mask=mask, training=False)["sequence_output"]
+            with tf.GradientTape() as tape:
+                h = model(ids, segment_ids=seg, padding_mask=mask, training=True)["sequence_output"]
+                loss = tf.reduce_mean(tf.square(h))
+            grads = tape.gradient(loss, tvars)
+            # every gradient is an output, so none of the backward is pruned
+            return tf.stack([tf.reduce_sum(tf.square(tf.convert_to_tensor(g))) for g in grads])
+
+        saved = {name: getattr(layers, name) for name, _ in settings}
+        try:
+            for name, value in settings:
+                setattr(layers, name, type(saved[name])(int(value) if isinstance(saved[name], (bool, int))
+                                                       else value))
+            model.dropout_seed.assign([0, 0])
+            out = step().numpy()  # traced (and warmed) with the settings in place
+        finally:
+            for name, value in saved.items():
+                setattr(layers, name, value)
+        return step, out
+
+    fns, outs = {}, {}
+    for v in args.variants:
+        fns[v], outs[v] = make(parse_variant(v))
+    ref = args.variants[0]
+    for v in args.variants:
+        fns[v]()
+    times = {v: [] for v in args.variants}
+    for _ in range(args.reps):
+        for v in args.variants:
+            model.dropout_seed.assign([0, 0])
+            t = time.perf_counter()
+            fns[v]().numpy()
+            times[v].append(time.perf_counter() - t)
+    rows = []
+    print(f"{args.mode} {args.shape}, {args.reps} interleaved reps, {cpu_model()}, load {os.getloadavg()[0]:.2f}")
+    print(f"{'variant':34s} {'median ms':>9s} {'tok/s':>7s} {'vs first':>8s} {'max |diff| vs first':>20s}")
+    for v in args.variants:
+        med = statistics.median(times[v])
+        diff = float(abs(outs[v] - outs[ref]).max())
+        rel = statistics.median(times[ref]) / med
+        rows.append({"variant": v, "median_s": med, "times_s": times[v], "tokens_per_s": batch * seq / med,
+                     "speed_vs_first": rel, "max_abs_diff_vs_first": diff})
+        print(f"{v:34s} {med * 1e3:9.0f} {batch * seq / med:7.0f} {rel:7.3f}x {diff:20.3g}")
+    result = {"command": " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:]), "mode": args.mode,
+              "shape": args.shape, "reps": args.reps, "cpu_model": cpu_model(), "nproc": os.cpu_count(),
+              "versions": versions(("tensorflow", "keras")), "rows": rows,
+              "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    tmp = args.out + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f, indent=1)
+    os.replace(tmp, args.out)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
