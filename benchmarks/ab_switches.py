@@ -57,6 +57,7 @@ def main(argv=None):
     p.add_argument("--n-layer", type=int, default=BASE["n_layer"])
     p.add_argument("--out", default=os.path.join(HERE, "results", "ab_switches.json"))
     args = p.parse_args(argv)
+    started = time.strftime("%Y-%m-%d %H:%M:%S")
     batch, seq = (int(v) for v in args.shape.split("x"))
 
     import keras
@@ -129,7 +130,7 @@ def main(argv=None):
     result = {"command": " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:]), "mode": args.mode,
               "shape": args.shape, "reps": args.reps, "cpu_model": cpu_model(), "nproc": os.cpu_count(),
               "versions": versions(("tensorflow", "keras")), "rows": rows,
-              "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+              "started": started, "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     tmp = args.out + ".tmp"
     with open(tmp, "w") as f:
