@@ -165,6 +165,20 @@ def test_xla_fusions_off_same_outputs_and_gradients(monkeypatch):
     assert len(g0) == len(g1) and max(np.abs(a - b).max() for a, b in zip(g0, g1)) < 1e-5
 
 
+@pytest.mark.parametrize("run", [dict(), dict(bi_data=True), dict(clamp_len=3), dict(attn_type="uni"),
+                                 dict(bi_data=True, clamp_len=2)])
+@pytest.mark.parametrize("qlen,mlen", [(9, 0), (5, 4)])
+def test_positional_basis_projects_like_the_encoding(run, qlen, mlen):
+    """The factored encodings (inference) give the same projected encodings as the [pb, r, d] tensor."""
+    cfg = XLNetConfig(**TINY, **run)
+    block = XLNetModel(cfg).blocks[0]
+    args = (qlen, qlen + mlen, cfg.d_model, cfg.attn_type, cfg.bi_data, cfg.clamp_len)
+    dense = block._positional_heads(layers.relative_positional_encoding(*args), tf.float32)
+    factored = block._positional_heads(layers.positional_basis(*args), tf.float32)
+    assert dense.shape == factored.shape
+    np.testing.assert_allclose(factored.numpy(), dense.numpy(), rtol=0, atol=1e-6)
+
+
 def test_query_chunks_bounds():
     assert layers.query_chunks(None, 128) is None and layers.query_chunks(255, 128) is None
     assert layers.query_chunks(512, 0) is None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Dict, Optional
+from typing import Dict, NamedTuple, Optional
 
 import keras
 import numpy as np
@@ -149,6 +149,22 @@ def layer_norm_ops(x, gamma, beta, eps: float):
     return tf.cast(y, dtype)
 
 
+def _relative_distances(qlen, klen, attn_type: str, bi_data: bool, clamp_len: int) -> tf.Tensor:
+    """The relative distances the encodings stand for, float32 [pb, rlen] (see below)."""
+    beg = tf.cast(klen, tf.float32)
+    end = tf.cast(-qlen if attn_type == "bi" else -1, tf.float32)
+    fwd = tf.range(beg, end, -1.0, dtype=tf.float32)
+    pos = tf.stack([fwd, -fwd] if bi_data else [fwd], axis=0)
+    if clamp_len is not None and clamp_len > 0:
+        pos = tf.clip_by_value(pos, -float(clamp_len), float(clamp_len))
+    return pos
+
+
+def _inv_freq(d_model: int) -> tf.Tensor:
+    freq = tf.range(0, d_model, 2.0, dtype=tf.float32)
+    return 1.0 / tf.pow(10000.0, freq / d_model)
+
+
 def relative_positional_encoding(qlen, klen, d_model: int, attn_type: str, bi_data: bool, clamp_len: int,
                                  dtype=tf.float32) -> tf.Tensor:
     """Sinusoid encodings of the relative distances, [pb, rlen, d_model] (pb = 2 with bi_data, else 1).
@@ -156,19 +172,33 @@ def relative_positional_encoding(qlen, klen, d_model: int, attn_type: str, bi_da
     bi: distances klen .. -qlen+1; uni: klen .. 1 (rlen = klen + 1). The sin block comes before the cos block.
     With bi_data the second entry holds the backward half's encodings (negated distances).
     """
-    freq = tf.range(0, d_model, 2.0, dtype=tf.float32)
-    inv_freq = 1.0 / tf.pow(10000.0, freq / d_model)
-    beg = tf.cast(klen, tf.float32)
-    end = tf.cast(-qlen if attn_type == "bi" else -1, tf.float32)
-    fwd = tf.range(beg, end, -1.0, dtype=tf.float32)
-    seqs = [fwd, -fwd] if bi_data else [fwd]
-    out = []
-    for pos in seqs:
-        if clamp_len is not None and clamp_len > 0:
-            pos = tf.clip_by_value(pos, -float(clamp_len), float(clamp_len))
-        sinusoid = pos[:, None] * inv_freq[None, :]
-        out.append(tf.concat([tf.sin(sinusoid), tf.cos(sinusoid)], axis=-1))
-    return tf.cast(tf.stack(out, axis=0), dtype)
+    sinusoid = _relative_distances(qlen, klen, attn_type, bi_data, clamp_len)[..., None] * _inv_freq(d_model)
+    return tf.cast(tf.concat([tf.sin(sinusoid), tf.cos(sinusoid)], axis=-1), dtype)
+
+
+class PositionalBasis(NamedTuple):
+    """The relative encodings in factored form, for a forward pass without dropout on them (inference).
+
+    An encoding is [sin(d f), cos(d f)] and sin is odd, cos even, so the projection of distance d by
+    W_r = [W_sin; W_cos] is sign(d) sin(|d| f) W_sin + cos(|d| f) W_cos. Each block then multiplies only the
+    sin and cos tables of the distinct |d| (half the rows of the bidirectional encoding, half the columns each:
+    a quarter of the multiply-adds of the [rlen, d_model] x [d_model, n*h] projection) and picks rows.
+    """
+    sin: tf.Tensor    # [R, d_model / 2] for |d| = 0 .. R-1
+    cos: tf.Tensor    # [R, d_model / 2]
+    index: tf.Tensor  # int32 [pb, rlen]: |d| of each encoding row
+    sign: tf.Tensor   # [pb, rlen]: sign(d) (0 for d = 0, where the sin term is 0)
+
+
+def positional_basis(qlen, klen, d_model: int, attn_type: str, bi_data: bool, clamp_len: int,
+                     dtype=tf.float32) -> PositionalBasis:
+    """``relative_positional_encoding`` in factored form (see ``PositionalBasis``)."""
+    pos = _relative_distances(qlen, klen, attn_type, bi_data, clamp_len)
+    mag = tf.abs(pos)
+    absd = tf.range(0.0, tf.reduce_max(mag) + 1.0, 1.0, dtype=tf.float32)
+    sinusoid = absd[:, None] * _inv_freq(d_model)
+    return PositionalBasis(tf.cast(tf.sin(sinusoid), dtype), tf.cast(tf.cos(sinusoid), dtype),
+                           tf.cast(mag, tf.int32), tf.cast(tf.sign(pos), dtype))
 
 
 def rel_shift(x: tf.Tensor, klen) -> tf.Tensor:
@@ -293,6 +323,22 @@ class XLNetBlock(keras.layers.Layer):
         y = tf.reshape(y, tf.concat([tf.shape(x)[:-1], [c.n_head, c.d_head]], axis=0))
         return tf.transpose(y, [0, 2, 1, 3])
 
+    def _positional_heads(self, pos_emb, dtype):
+        """Projected positional encodings [pb, n, r, h] from a [pb, r, d] tensor or a ``PositionalBasis``."""
+        if not isinstance(pos_emb, PositionalBasis):
+            return self._heads(tf.cast(pos_emb, dtype), self.r)
+        c = self.config
+        w = tf.reshape(self._w(self.r), [c.d_model, c.n_head * c.d_head])
+        half = c.d_model // 2
+        w_sin = tf.slice(w, [0, 0], [half, -1])
+        w_cos = tf.slice(w, [half, 0], [half, -1])
+        from_sin = tf.gather(tf.matmul(tf.cast(pos_emb.sin, dtype), w_sin), pos_emb.index)  # [pb, r, n*h]
+        from_cos = tf.gather(tf.matmul(tf.cast(pos_emb.cos, dtype), w_cos), pos_emb.index)
+        kr = from_cos + from_sin * tf.expand_dims(tf.cast(pos_emb.sign, dtype), -1)
+        shape = tf.shape(kr)
+        kr = tf.reshape(kr, tf.stack([shape[0], shape[1], c.n_head, c.d_head]))
+        return tf.transpose(kr, [0, 2, 1, 3])
+
     def _head_bias(self, var):
         """[n, h] bias -> [n, 1, h], broadcasting over [b, n, q, h]."""
         return tf.expand_dims(self._w(var), 1)
@@ -376,13 +422,13 @@ class XLNetBlock(keras.layers.Layer):
     def call(self, h, g, mem, pos_emb, ef_diff, content_blocked, query_blocked, target_mapping, seed=None):
         """h: [b, q, d] content; g: [b, m, d] query stream or None; mem: [b, mlen, d] or None.
 
-        pos_emb: [pb, r, d]; ef_diff: [b, q, klen] bool or None; *_blocked: bool [b|1, q, klen] or None;
+        pos_emb: [pb, r, d] or a ``PositionalBasis``; ef_diff: [b, q, klen] bool or None; *_blocked: bool [b|1, q, klen] or None;
         target_mapping: [b, m, q] or None (query stream rows -> positions).
         """
         cat = h if mem is None else tf.concat([tf.cast(mem, h.dtype), h], axis=1)
         k_head = self._heads(cat, self.k)  # [b, n, k, h]
         v_head = self._heads(cat, self.v)
-        kr = self._heads(tf.cast(pos_emb, h.dtype), self.r)  # [pb, n, r, h]
+        kr = self._positional_heads(pos_emb, h.dtype)  # [pb, n, r, h]
 
         q_head_h = self._heads(h, self.q)
         vec_h = self._attend(q_head_h, k_head, v_head, kr, ef_diff, content_blocked, seed, 1)
