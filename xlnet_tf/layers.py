@@ -20,9 +20,10 @@ from xlnet_tf.masks import mask_value
 
 # Small XLA clusters. The matmuls run on oneDNN (XLA's CPU matmuls are ~15% slower), but the memory-bound
 # elementwise chains between them are each compiled as one small XLA cluster, which fuses ~10 TensorFlow ops
-# (one pass over memory each) into one or two passes: the attention score chain at inference, LayerNorm
-# (forward and a hand-written backward), and the GELU of a training step (forward and backward). Dropout is
-# never inside a cluster (XLA's CPU random kernels are slow), so the stateless masks do not depend on them.
+# (one pass over memory each) into one or two passes: the attention score chain at inference (shift, adds,
+# selects; the softmax stays on oneDNN), LayerNorm (forward and a hand-written backward), and the GELU of a
+# training step (forward and backward). Dropout is never inside a cluster (XLA's CPU random kernels are
+# slow), so the stateless masks do not depend on them.
 # Same formulas; outputs within ~2e-6 of the plain ops at Base size. XLNET_TF_XLA_FUSIONS=0 turns them all off
 # (plain TensorFlow ops everywhere). Measurements: BUILD.md "Backbone speed".
 XLA_FUSIONS = os.environ.get("XLNET_TF_XLA_FUSIONS", "1").lower() not in ("0", "false", "no", "off")
@@ -214,6 +215,17 @@ def rel_shift(x: tf.Tensor, klen) -> tf.Tensor:
     return tf.slice(x, [0, 0, 0, 0], tf.stack([-1, -1, -1, klen]))
 
 
+def attention_scores(ac, bd, ef, ef_diff, blocked):
+    """The float32 scores [b, n, q, k] that ``attention_probs`` normalises (arguments: see there)."""
+    score = ac + rel_shift(bd, tf.shape(ac)[-1])
+    if ef is not None:
+        ef_same, ef_other = tf.split(ef, 2, axis=-1)  # [b, n, q, 1] each
+        score = score + tf.where(tf.expand_dims(ef_diff, 1), ef_other, ef_same)
+    if blocked is not None:
+        score = tf.where(tf.expand_dims(blocked, 1), tf.cast(mask_value(score.dtype), score.dtype), score)
+    return tf.cast(score, tf.float32)
+
+
 def attention_probs(ac, bd, ef, ef_diff, blocked):
     """Scores -> attention probabilities (before attention dropout), [b, n, q, k].
 
@@ -221,19 +233,18 @@ def attention_probs(ac, bd, ef, ef_diff, blocked):
     segment scores (same, different) or None; ef_diff: [b, q, k] bool; blocked: bool [b|1, q, k] or None.
     Scores arrive already scaled by 1/sqrt(d_head).
     """
-    score = ac + rel_shift(bd, tf.shape(ac)[-1])
-    if ef is not None:
-        ef_same, ef_other = tf.split(ef, 2, axis=-1)  # [b, n, q, 1] each
-        score = score + tf.where(tf.expand_dims(ef_diff, 1), ef_other, ef_same)
-    if blocked is not None:
-        score = tf.where(tf.expand_dims(blocked, 1), tf.cast(mask_value(score.dtype), score.dtype), score)
-    prob = tf.nn.softmax(tf.cast(score, tf.float32), axis=-1)
-    return tf.cast(prob, ac.dtype)
+    return tf.cast(tf.nn.softmax(attention_scores(ac, bd, ef, ef_diff, blocked), axis=-1), ac.dtype)
 
 
-# The score chain above (shift, adds, selects, softmax) as one XLA cluster (see XLA_FUSIONS): ~5% faster
-# inference at seq 512. Inference only: in a training step the backward of the cluster measured slower.
-_attention_probs_xla = _xla(attention_probs)
+# Inference (see XLA_FUSIONS): the score chain (shift, adds, selects) as one XLA cluster, the softmax on
+# oneDNN's kernel (XLA's CPU exp made the softmax inside the cluster 8% slower at 2x512). In a training step
+# plain ops measured as fast (and a hand-written backward cluster slower), so training keeps them.
+_attention_scores_xla = _xla(attention_scores)
+
+
+def attention_probs_inference(ac, bd, ef, ef_diff, blocked):
+    return tf.cast(tf.nn.softmax(_attention_scores_xla(ac, bd, ef, ef_diff, blocked), axis=-1), ac.dtype)
+
 
 # Query chunks. For bidirectional attention the positional scores BD are [q, klen + qlen] per head, but row i
 # only reads the klen columns starting at qlen - i (``rel_shift``). Rows [i0, i1) together read the
@@ -389,7 +400,7 @@ class XLNetBlock(keras.layers.Layer):
         if ef_diff is not None:
             seg = tf.transpose(self._w(self.seg_embed), [1, 2, 0])  # [n, h, 2]
             ef = tf.matmul(qs + self._head_bias(self.r_s_bias) * scale, seg)  # [b, n, q, 2]
-        probs_fn = _attention_probs_xla if XLA_FUSIONS and seed is None else attention_probs
+        probs_fn = attention_probs_inference if XLA_FUSIONS and seed is None else attention_probs
         prob = probs_fn(ac, bd, ef, ef_diff, blocked)
         prob = dropout(prob, c.dropatt, seed, salt)
         return tf.matmul(prob, v_head)  # [b, n, q, h]
