@@ -250,9 +250,10 @@ def attention_probs_inference(ac, bd, ef, ef_diff, blocked):
 # only reads the klen columns starting at qlen - i (``rel_shift``). Rows [i0, i1) together read the
 # klen + (i1 - i0) columns starting at qlen - i1, so computing BD chunk by chunk over the queries does only
 # klen + chunk columns per row instead of klen + qlen (at seq 512 with 128-row chunks: 640 instead of 1024),
-# and each chunk's score tensors are a quarter of the size. Every score is the same dot product as before:
-# the outputs are bit-identical. Used when the query length is known when tracing, attn_type is "bi" and the
-# query is at least two chunks long. XLNET_TF_ATTN_CHUNK sets the chunk length in rows (0 = never chunk).
+# and each chunk's score tensors are a quarter of the size. Every score is the same dot product as before
+# (outputs bit-identical at Base 2x512; within 1e-6 where oneDNN blocks the smaller products differently).
+# Used when the query length is known when tracing, attn_type is "bi" and the query is at least two chunks
+# long. XLNET_TF_ATTN_CHUNK sets the chunk length in rows (0 = never chunk).
 ATTN_CHUNK = int(os.environ.get("XLNET_TF_ATTN_CHUNK", "128"))
 
 
@@ -327,28 +328,32 @@ class XLNetBlock(keras.layers.Layer):
         y = tf.matmul(tf.reshape(x, tf.stack([-1, shape[-1]])), kernel_2d, transpose_b=transpose_b)
         return tf.reshape(y, tf.concat([shape[:-1], tf.shape(y)[-1:]], axis=0))
 
+    def _kernel_2d(self, kernel):
+        """A [d_model, n, h] projection kernel as [d_model, n*h] in the compute dtype."""
+        c = self.config
+        return tf.reshape(self._w(kernel), [c.d_model, c.n_head * c.d_head])
+
+    def _split_heads(self, y):
+        """[b, s, n*h] -> [b, n, s, h]."""
+        c = self.config
+        y = tf.reshape(y, tf.concat([tf.shape(y)[:-1], [c.n_head, c.d_head]], axis=0))
+        return tf.transpose(y, [0, 2, 1, 3])
+
     def _heads(self, x, kernel):
         """x [b, s, d_model] @ kernel [d_model, n, h] -> [b, n, s, h]."""
-        c = self.config
-        y = self._matmul_2d(x, tf.reshape(self._w(kernel), [c.d_model, c.n_head * c.d_head]))
-        y = tf.reshape(y, tf.concat([tf.shape(x)[:-1], [c.n_head, c.d_head]], axis=0))
-        return tf.transpose(y, [0, 2, 1, 3])
+        return self._split_heads(self._matmul_2d(x, self._kernel_2d(kernel)))
 
     def _positional_heads(self, pos_emb, dtype):
         """Projected positional encodings [pb, n, r, h] from a [pb, r, d] tensor or a ``PositionalBasis``."""
         if not isinstance(pos_emb, PositionalBasis):
             return self._heads(tf.cast(pos_emb, dtype), self.r)
-        c = self.config
-        w = tf.reshape(self._w(self.r), [c.d_model, c.n_head * c.d_head])
-        half = c.d_model // 2
+        w = self._kernel_2d(self.r)
+        half = self.config.d_model // 2
         w_sin = tf.slice(w, [0, 0], [half, -1])
         w_cos = tf.slice(w, [half, 0], [half, -1])
         from_sin = tf.gather(tf.matmul(tf.cast(pos_emb.sin, dtype), w_sin), pos_emb.index)  # [pb, r, n*h]
         from_cos = tf.gather(tf.matmul(tf.cast(pos_emb.cos, dtype), w_cos), pos_emb.index)
-        kr = from_cos + from_sin * tf.expand_dims(tf.cast(pos_emb.sign, dtype), -1)
-        shape = tf.shape(kr)
-        kr = tf.reshape(kr, tf.stack([shape[0], shape[1], c.n_head, c.d_head]))
-        return tf.transpose(kr, [0, 2, 1, 3])
+        return self._split_heads(from_cos + from_sin * tf.expand_dims(tf.cast(pos_emb.sign, dtype), -1))
 
     def _head_bias(self, var):
         """[n, h] bias -> [n, 1, h], broadcasting over [b, n, q, h]."""
@@ -411,7 +416,7 @@ class XLNetBlock(keras.layers.Layer):
         vec = tf.transpose(attn_vec, [0, 2, 1, 3])
         shape = tf.shape(vec)
         vec = tf.reshape(vec, tf.stack([shape[0], shape[1], c.n_head * c.d_head]))
-        out = self._matmul_2d(vec, tf.reshape(self._w(self.o), [c.d_model, c.n_head * c.d_head]), transpose_b=True)
+        out = self._matmul_2d(vec, self._kernel_2d(self.o), transpose_b=True)
         out = dropout(out, c.dropout, seed, salt)
         return layer_norm(out + x, self.attn_ln_gamma, self.attn_ln_beta, c.layer_norm_eps)
 
