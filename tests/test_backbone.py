@@ -130,7 +130,8 @@ def test_xla_layer_norm_and_gelu_match_plain_ops_with_gradients(shape):
     dy = tf.constant(rng.normal(0, 1, shape), tf.float32)
     gamma = tf.Variable(rng.normal(1, 0.3, shape[-1:]).astype(np.float32))
     beta = tf.Variable(rng.normal(0, 0.3, shape[-1:]).astype(np.float32))
-    pairs = [(lambda v: layers.layer_norm(v, gamma, beta, 1e-12), lambda v: layers.layer_norm_ops(v, gamma, beta, 1e-12)),
+    pairs = [(lambda v: layers.layer_norm(v, gamma, beta, 1e-12),
+              lambda v: layers.layer_norm_ops(v, gamma, beta, 1e-12)),
              (layers.gelu_tanh_train, layers.gelu_tanh)]
     for fused, plain in pairs:
         results = []

@@ -438,8 +438,8 @@ class XLNetBlock(keras.layers.Layer):
     def call(self, h, g, mem, pos_emb, ef_diff, content_blocked, query_blocked, target_mapping, seed=None):
         """h: [b, q, d] content; g: [b, m, d] query stream or None; mem: [b, mlen, d] or None.
 
-        pos_emb: [pb, r, d] or a ``PositionalBasis``; ef_diff: [b, q, klen] bool or None; *_blocked: bool [b|1, q, klen] or None;
-        target_mapping: [b, m, q] or None (query stream rows -> positions).
+        pos_emb: [pb, r, d] or a ``PositionalBasis``; ef_diff: [b, q, klen] bool or None;
+        *_blocked: bool [b|1, q, klen] or None; target_mapping: [b, m, q] or None (query stream rows -> positions).
         """
         cat = h if mem is None else tf.concat([tf.cast(mem, h.dtype), h], axis=1)
         k_head = self._heads(cat, self.k)  # [b, n, k, h]

@@ -126,12 +126,11 @@ class XLNetModel(keras.Model):
                                                          c.attn_type, c.same_length)
         ef_diff = segment_diff(segment_ids, mlen) if segment_ids is not None else None
         dtype = self.compute_dtype
+        positions = (qlen, klen, c.d_model, c.attn_type, c.bi_data, c.clamp_len)
         if seed is None or c.dropout <= 0:  # no dropout on the encodings: the cheaper factored form
-            pos_emb = positional_basis(qlen, klen, c.d_model, c.attn_type, c.bi_data, c.clamp_len, dtype=dtype)
+            pos_emb = positional_basis(*positions, dtype=dtype)
         else:
-            pos_emb = relative_positional_encoding(qlen, klen, c.d_model, c.attn_type, c.bi_data, c.clamp_len,
-                                                   dtype=dtype)
-            pos_emb = dropout(pos_emb, c.dropout, seed, 3)
+            pos_emb = dropout(relative_positional_encoding(*positions, dtype=dtype), c.dropout, seed, 3)
 
         h = tf.gather(tf.cast(self.word_embedding, dtype), input_ids)
         h = dropout(h, c.dropout, seed, 1)
