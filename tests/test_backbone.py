@@ -147,6 +147,57 @@ def test_xla_layer_norm_and_gelu_match_plain_ops_with_gradients(shape):
             np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-5)
 
 
+def test_dropout_masks_rate_scale_and_sites():
+    """Keep fraction 1 - rate, kept values scaled by 1/(1 - rate), gradient = mask * scale, one mask per site
+    and seed, the same mask again for the same site and seed."""
+    x = tf.ones([400, 500])
+    seed = tf.constant([3, 9], tf.int64)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = layers.dropout(x, 0.3, seed, 1)
+    dx = tape.gradient(y, x).numpy()
+    y = y.numpy()
+    assert set(np.unique(y)) == {0.0, np.float32(1 / 0.7)}
+    assert abs((y > 0).mean() - 0.7) < 0.005  # 200,000 draws: 5 sd = 0.005
+    np.testing.assert_array_equal(dx, y)
+    np.testing.assert_array_equal(layers.dropout(x, 0.3, seed, 1), y)
+    assert (layers.dropout(x, 0.3, seed, 2).numpy() != y).mean() > 0.3
+    assert (layers.dropout(x, 0.3, tf.constant([3, 10], tf.int64), 1).numpy() != y).mean() > 0.3
+    assert layers.dropout(x, 0.3, None, 1) is x and layers.dropout(x, 0.0, seed, 1) is x
+
+
+@pytest.mark.parametrize("fn", ["gelu_dropout", "dropout_add_ln", "dropout_add_ln_bias", "query_terms"])
+def test_fused_training_sites_match_plain_ops_with_gradients(fn, monkeypatch):
+    """Each XLA-fused site of a training step (forward + hand-written backward, same dropout mask) against
+    plain TensorFlow ops and autodiff (XLA_FUSIONS off)."""
+    rng = np.random.default_rng(5)
+    seed = tf.constant([1, 2], tf.int64)
+    t = lambda *shape: tf.constant(rng.normal(0, 1.5, shape), tf.float32)  # noqa: E731
+    if fn == "query_terms":
+        args = [t(2, 3, 5, 4), t(3, 4), t(3, 4), t(3, 4)]
+        run = lambda q, *b: layers.query_terms(q, list(b), 0.5)  # noqa: E731
+    elif fn == "gelu_dropout":
+        args = [t(6, 16), t(16)]
+        run = lambda u, b: layers.gelu_dropout_train(u, b, 0.25, seed, 3)  # noqa: E731
+    else:
+        args = [t(6, 16), t(6, 16), t(16) + 1.0, t(16)] + ([t(16)] if fn.endswith("bias") else [])
+        run = lambda h, x, g, b, *bias: layers.dropout_add_layer_norm(  # noqa: E731
+            h, x, g, b, 1e-12, 0.25, seed, 4, bias=bias[0] if bias else None)
+    results = []
+    for fusions in (True, False):
+        monkeypatch.setattr(layers, "XLA_FUSIONS", fusions)
+        with tf.GradientTape() as tape:
+            tape.watch(args)
+            outs = run(*args)
+            outs = outs if isinstance(outs, tuple) else (outs,)
+            loss = sum(tf.reduce_sum(tf.sin(2.0 * o)) for o in outs)  # uneven output gradients
+        results.append([o.numpy() for o in outs] + [g.numpy() for g in tape.gradient(loss, args)])
+    for a, b in zip(*results):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    if fn != "query_terms":  # dropout did act: zeros in the output (GELU) or in the gradient of h (LayerNorm)
+        assert (results[0][0 if fn == "gelu_dropout" else 1] == 0).mean() > 0.1
+
+
 def test_xla_fusions_off_same_outputs_and_gradients(monkeypatch):
     """XLNET_TF_XLA_FUSIONS=0 (plain ops everywhere) and the default give the same model, dropout included."""
     ids, seg, mask = _inputs()

@@ -21,11 +21,11 @@ from xlnet_tf.masks import mask_value
 # Small XLA clusters. The matmuls run on oneDNN (XLA's CPU matmuls are ~15% slower), but the memory-bound
 # elementwise chains between them are each compiled as one small XLA cluster, which fuses ~10 TensorFlow ops
 # (one pass over memory each) into one or two passes: the attention score chain at inference (shift, adds,
-# selects; the softmax stays on oneDNN), LayerNorm (forward and a hand-written backward), and the GELU of a
-# training step (forward and backward). Dropout is never inside a cluster (XLA's CPU random kernels are
-# slow), so the stateless masks do not depend on them.
+# selects; the softmax stays on oneDNN), LayerNorm (forward and a hand-written backward), and in a training
+# step the GELU, dropout and the residual add, each with its neighbours (see ``dropout``).
 # Same formulas; outputs within ~2e-6 of the plain ops at Base size. XLNET_TF_XLA_FUSIONS=0 turns them all off
-# (plain TensorFlow ops everywhere). Measurements: BUILD.md "Backbone speed".
+# (plain TensorFlow ops everywhere, except the dropout mask's random bits, which are always XLA's ThreeFry so
+# that both settings draw the same masks). Measurements: BUILD.md "Backbone speed".
 XLA_FUSIONS = os.environ.get("XLNET_TF_XLA_FUSIONS", "1").lower() not in ("0", "false", "no", "off")
 
 
@@ -84,12 +84,166 @@ def activation_fn(name: str):
     raise ValueError(f"unknown activation {name!r}")
 
 
+# ---------------------------------------------------------------------------------------------- dropout
+# One mask convention for every dropout site. A site's seed is ``stateless_fold_in(seed, salt)``; its keep mask
+# is ``bits >= round(rate * 2^32)`` over uint32 bits from XLA's ThreeFry for that seed and the tensor's shape
+# (P(drop) = rate to within 2^-32), and kept values are scaled by 1 / (1 - rate). The bits are drawn inside XLA
+# clusters because XLA's CPU ThreeFry is ~2x faster than TensorFlow's Philox kernel (and XLA's own Philox is
+# ~100x slower); with ``XLA_FUSIONS`` the mask is fused with the op next to it (GELU; the residual add and
+# LayerNorm; or alone), the forward cluster also returns the mask and the backward is one more cluster.
+
+
+def _drop_threshold(rate: float) -> int:
+    return min(int(round(rate * 2.0 ** 32)), 2 ** 32 - 1)
+
+
+def _keep_mask(shape, site, rate: float):
+    """The keep mask of a dropout site (bool, ``shape``); traced inside XLA clusters only."""
+    bits = tf.random.stateless_uniform(shape, site, minval=None, maxval=None, dtype=tf.uint32, alg="threefry")
+    return bits >= tf.constant(_drop_threshold(rate), tf.uint32)
+
+
+def _apply_keep(x, keep, rate: float):
+    return tf.where(keep, x * tf.cast(1.0 / (1.0 - rate), x.dtype), tf.zeros_like(x))
+
+
+def _dropout_fwd(x, site, rate):
+    keep = _keep_mask(tf.shape(x), site, rate)
+    return _apply_keep(x, keep, rate), keep
+
+
+def _gelu_dropout_fwd(u, bias, site, rate):
+    keep = _keep_mask(tf.shape(u), site, rate)
+    return _apply_keep(_gelu_tanh_value(u + bias), keep, rate), keep
+
+
+def _gelu_dropout_bwd(u, bias, keep, dy, rate):
+    du = _gelu_tanh_grad(u + bias, _apply_keep(dy, keep, rate))
+    return du, _column_sum(du)
+
+
+def _column_sum(x):
+    """Sum over every axis but the last (a bias gradient), accumulated in float32."""
+    x32 = tf.reshape(tf.cast(x, tf.float32), tf.concat([[-1], tf.shape(x)[-1:]], axis=0))
+    return tf.cast(tf.reduce_sum(x32, axis=0), x.dtype)
+
+
+def _dropout_add_ln_fwd(h, bias, x, gamma, beta, site, rate, eps):
+    """s = dropout(h + bias) + x; LayerNorm(s), all [tokens, d]. Returns the output, s, the row mean and
+    1/std, and the keep mask."""
+    keep = _keep_mask(tf.shape(h), site, rate)
+    s = _apply_keep(h if bias is None else h + bias, keep, rate) + x
+    y, mean, rstd = _ln_forward(s, gamma, beta, eps)
+    return y, s, mean, rstd, keep
+
+
+def _dropout_add_ln_bwd(s, mean, rstd, gamma, keep, dy, rate, bias):
+    """Gradients for h, (bias,) x, gamma, beta of ``_dropout_add_ln_fwd``."""
+    ds, dgamma, dbeta = _ln_backward(s, mean, rstd, gamma, dy)
+    dh = _apply_keep(ds, keep, rate)
+    if bias is None:
+        return dh, ds, dgamma, dbeta
+    return dh, _column_sum(dh), ds, dgamma, dbeta
+
+
+def _site(seed, salt: int):
+    return tf.random.experimental.stateless_fold_in(seed, salt)
+
+
 def dropout(x, rate: float, seed: Optional[tf.Tensor], salt: int):
     """Stateless dropout; a no-op when ``seed`` is None (inference) or the rate is 0."""
     if seed is None or rate <= 0.0:
         return x
-    site = tf.random.experimental.stateless_fold_in(seed, salt)
-    return tf.nn.experimental.stateless_dropout(x, rate=rate, seed=site)
+    site = _site(seed, salt)
+    if not XLA_FUSIONS:
+        return _apply_keep(x, _keep_mask_xla(tf.shape(x), site, rate), rate)
+
+    @tf.custom_gradient
+    def drop(x):
+        y, keep = _dropout_fwd_xla(x, site, rate)
+        return y, lambda dy: _apply_keep_xla(dy, keep, rate)
+
+    return drop(x)
+
+
+def gelu_dropout_train(u, bias, rate: float, seed: tf.Tensor, salt: int):
+    """dropout(tanh GELU(u + bias)) in a training step, u [tokens, d_inner]: with ``XLA_FUSIONS`` the forward
+    and the backward (incl. the bias gradient) are each one XLA-fused pass; differentiated op by op,
+    ``tf.nn.gelu`` alone makes ~10 passes in the backward, and TensorFlow's BiasAddGrad is slow next to the
+    matmuls."""
+    if not XLA_FUSIONS:
+        return dropout(gelu_tanh(tf.nn.bias_add(u, bias)), rate, seed, salt)
+    if rate <= 0.0:
+        return gelu_tanh_train(tf.nn.bias_add(u, bias))
+    site = _site(seed, salt)
+
+    @tf.custom_gradient
+    def f(u, bias):
+        y, keep = _gelu_dropout_fwd_xla(u, bias, site, rate)
+        return y, lambda dy: _gelu_dropout_bwd_xla(u, bias, keep, dy, rate)
+
+    return f(u, bias)
+
+
+def dropout_add_layer_norm(h, x, gamma, beta, eps: float, rate: float, seed: Optional[tf.Tensor], salt: int,
+                           bias=None):
+    """LayerNorm(dropout(h + bias) + x) over [tokens, d]: the residual sub-layer ending. In a training step with
+    ``XLA_FUSIONS`` the forward (bias, mask, add, LayerNorm) and the backward are one XLA cluster each."""
+    if not XLA_FUSIONS or seed is None or rate <= 0.0:
+        if bias is not None:
+            h = tf.nn.bias_add(h, bias)
+        return layer_norm(dropout(h, rate, seed, salt) + x, gamma, beta, eps)
+    site = _site(seed, salt)
+    gamma, beta = tf.convert_to_tensor(gamma), tf.convert_to_tensor(beta)
+
+    def make(*bias_arg):
+        @tf.custom_gradient
+        def f(h, x, gamma, beta, *bias_arg):
+            b = bias_arg[0] if bias_arg else None
+            y, s, mean, rstd, keep = _dropout_add_ln_fwd_xla(h, b, x, gamma, beta, site, rate, eps)
+
+            def grad(dy):
+                g = _dropout_add_ln_bwd_xla(s, mean, rstd, gamma, keep, dy, rate, b)
+                return (g[0], g[2], g[3], g[4], g[1]) if bias_arg else g
+
+            return y, grad
+
+        return f(h, x, gamma, beta, *bias_arg)
+
+    return make() if bias is None else make(tf.convert_to_tensor(bias))
+
+
+def _query_terms(q, biases, scale):
+    """q [b, n, q, h] -> (q + bias) * scale for each [n, h] bias: the queries of the AC, BD (and EF) terms."""
+    qs = q * tf.cast(scale, q.dtype)
+    return tuple(qs + tf.expand_dims(b, 1) * tf.cast(scale, q.dtype) for b in biases)
+
+
+def _query_terms_grad(dys, scale):
+    """Gradients of ``_query_terms`` for q and each bias (bias sums over batch and rows in float32)."""
+    s = tf.cast(scale, dys[0].dtype)
+    dbs = [tf.cast(tf.reduce_sum(tf.cast(dy, tf.float32), axis=[0, 2]) * scale, dy.dtype) for dy in dys]
+    return (tf.add_n(list(dys)) * s,) + tuple(dbs)
+
+
+def query_terms(q, biases, scale: float):
+    """The biased, scaled queries of relative attention, ((q + r_w) s, (q + r_r) s[, (q + r_s) s]) with
+    s = 1/sqrt(d_head). With ``XLA_FUSIONS`` forward and backward are one XLA cluster each (the backward sums
+    the bias gradients over batch and rows in the same pass; as separate ops they were slow reductions)."""
+    if not XLA_FUSIONS:
+        return _query_terms(q, biases, scale)
+
+    @tf.custom_gradient
+    def f(q, *biases):
+        outs = _query_terms_xla(q, biases, scale)
+
+        def grad(*dys):
+            dys = [tf.zeros_like(o) if d is None else d for d, o in zip(dys, outs)]
+            return _query_terms_grad_xla(dys, scale)
+
+        return outs, grad
+
+    return f(q, *biases)
 
 
 def layer_norm(x, gamma, beta, eps: float):
@@ -138,6 +292,15 @@ def _ln_backward(x, mean, rstd, gamma, dy):
 
 _ln_forward_xla = _xla(_ln_forward)
 _ln_backward_xla = _xla(_ln_backward)
+_query_terms_xla = _xla(_query_terms)
+_query_terms_grad_xla = _xla(_query_terms_grad)
+_keep_mask_xla = _xla(_keep_mask)
+_apply_keep_xla = _xla(_apply_keep)
+_dropout_fwd_xla = _xla(_dropout_fwd)
+_gelu_dropout_fwd_xla = _xla(_gelu_dropout_fwd)
+_gelu_dropout_bwd_xla = _xla(_gelu_dropout_bwd)
+_dropout_add_ln_fwd_xla = _xla(_dropout_add_ln_fwd)
+_dropout_add_ln_bwd_xla = _xla(_dropout_add_ln_bwd)
 
 
 def layer_norm_ops(x, gamma, beta, eps: float):
@@ -355,10 +518,6 @@ class XLNetBlock(keras.layers.Layer):
         from_cos = tf.gather(tf.matmul(tf.cast(pos_emb.cos, dtype), w_cos), pos_emb.index)
         return self._split_heads(from_cos + from_sin * tf.expand_dims(tf.cast(pos_emb.sign, dtype), -1))
 
-    def _head_bias(self, var):
-        """[n, h] bias -> [n, 1, h], broadcasting over [b, n, q, h]."""
-        return tf.expand_dims(self._w(var), 1)
-
     def _attend(self, q_head, k_head, v_head, kr, ef_diff, blocked, seed, salt):
         """Relative attention for queries q_head [b, n, q, h] over keys/values [b, n, k, h]: [b, n, q, h].
 
@@ -389,10 +548,11 @@ class XLNetBlock(keras.layers.Layer):
         The 1/sqrt(d_head) scale is applied to the (small) query side instead of the [b, n, q, k] scores.
         """
         c = self.config
-        scale = tf.cast(self.scale, q_head.dtype)
-        qs = q_head * scale
-        ac = tf.matmul(qs + self._head_bias(self.r_w_bias) * scale, k_head, transpose_b=True)  # [b, n, q, k]
-        qr = qs + self._head_bias(self.r_r_bias) * scale
+        biases = [self._w(self.r_w_bias), self._w(self.r_r_bias)]
+        if ef_diff is not None:
+            biases.append(self._w(self.r_s_bias))
+        qw, qr, *qs = query_terms(q_head, biases, self.scale)
+        ac = tf.matmul(qw, k_head, transpose_b=True)  # [b, n, q, k]
         if c.bi_data:  # each half of the batch has its own encodings: [pb, b/pb, n, q, h] x [pb, 1, n, r, h]
             shape = tf.shape(qr)
             pb = tf.shape(kr)[0]
@@ -404,7 +564,7 @@ class XLNetBlock(keras.layers.Layer):
         ef = None
         if ef_diff is not None:
             seg = tf.transpose(self._w(self.seg_embed), [1, 2, 0])  # [n, h, 2]
-            ef = tf.matmul(qs + self._head_bias(self.r_s_bias) * scale, seg)  # [b, n, q, 2]
+            ef = tf.matmul(qs[0], seg)  # [b, n, q, 2]
         probs_fn = attention_probs_inference if XLA_FUSIONS and seed is None else attention_probs
         prob = probs_fn(ac, bd, ef, ef_diff, blocked)
         prob = dropout(prob, c.dropatt, seed, salt)
@@ -417,23 +577,21 @@ class XLNetBlock(keras.layers.Layer):
         shape = tf.shape(vec)
         vec = tf.reshape(vec, tf.stack([shape[0], shape[1], c.n_head * c.d_head]))
         out = self._matmul_2d(vec, self._kernel_2d(self.o), transpose_b=True)
-        out = dropout(out, c.dropout, seed, salt)
-        return layer_norm(out + x, self.attn_ln_gamma, self.attn_ln_beta, c.layer_norm_eps)
+        return dropout_add_layer_norm(out, x, self.attn_ln_gamma, self.attn_ln_beta, c.layer_norm_eps,
+                                      c.dropout, seed, salt)
 
     def _ffn(self, x, seed, salt):
         c = self.config
-        shape = tf.shape(x)
-        # MatMul -> BiasAdd -> activation on 2-D tensors: oneDNN fuses the three into one kernel.
-        h = tf.nn.bias_add(tf.matmul(tf.reshape(x, [-1, c.d_model]), self._w(self.ff1_kernel)),
-                           self._w(self.ff1_bias))
-        h = gelu_tanh_train(h) if XLA_FUSIONS and seed is not None and self.act is gelu_tanh else self.act(h)
-        h = tf.reshape(h, tf.stack([shape[0], shape[1], c.d_inner]))
-        h = dropout(h, c.dropout, seed, salt)
-        h = tf.nn.bias_add(tf.matmul(tf.reshape(h, [-1, c.d_inner]), self._w(self.ff2_kernel)),
-                           self._w(self.ff2_bias))
-        h = tf.reshape(h, shape)
-        h = dropout(h, c.dropout, seed, salt + 1)
-        return layer_norm(h + x, self.ff_ln_gamma, self.ff_ln_beta, c.layer_norm_eps)
+        x2 = tf.reshape(x, [-1, c.d_model])
+        h = tf.matmul(x2, self._w(self.ff1_kernel))
+        if XLA_FUSIONS and seed is not None and self.act is gelu_tanh:
+            h = gelu_dropout_train(h, self._w(self.ff1_bias), c.dropout, seed, salt)
+        else:  # MatMul -> BiasAdd -> activation on 2-D tensors: oneDNN fuses the three into one kernel
+            h = dropout(self.act(tf.nn.bias_add(h, self._w(self.ff1_bias))), c.dropout, seed, salt)
+        h = tf.matmul(h, self._w(self.ff2_kernel))
+        out = dropout_add_layer_norm(h, x2, self.ff_ln_gamma, self.ff_ln_beta, c.layer_norm_eps, c.dropout, seed,
+                                     salt + 1, bias=self._w(self.ff2_bias))
+        return tf.reshape(out, tf.shape(x))
 
     def call(self, h, g, mem, pos_emb, ef_diff, content_blocked, query_blocked, target_mapping, seed=None):
         """h: [b, q, d] content; g: [b, m, d] query stream or None; mem: [b, mlen, d] or None.
