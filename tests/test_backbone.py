@@ -166,14 +166,21 @@ def test_dropout_masks_rate_scale_and_sites():
     assert layers.dropout(x, 0.3, None, 1) is x and layers.dropout(x, 0.0, seed, 1) is x
 
 
-@pytest.mark.parametrize("fn", ["gelu_dropout", "dropout_add_ln", "dropout_add_ln_bias", "query_terms"])
+@pytest.mark.parametrize("fn", ["gelu_dropout", "dropout_add_ln", "dropout_add_ln_bias", "query_terms",
+                                "attention_probs", "attention_probs_no_dropatt"])
 def test_fused_training_sites_match_plain_ops_with_gradients(fn, monkeypatch):
     """Each XLA-fused site of a training step (forward + hand-written backward, same dropout mask) against
     plain TensorFlow ops and autodiff (XLA_FUSIONS off)."""
     rng = np.random.default_rng(5)
     seed = tf.constant([1, 2], tf.int64)
     t = lambda *shape: tf.constant(rng.normal(0, 1.5, shape), tf.float32)  # noqa: E731
-    if fn == "query_terms":
+    if fn.startswith("attention_probs"):  # b 2, n 3, q 5, mlen 2 (klen 7, rlen 12); segments and a blocked part
+        args = [t(2, 3, 5, 7), t(2, 3, 5, 12), t(2, 3, 5, 2)]
+        ef_diff = tf.constant(rng.random((2, 5, 7)) < 0.5)
+        blocked = tf.constant(rng.random((2, 5, 7)) < 0.3) & tf.constant(np.arange(7) > 0)  # col 0 always open
+        rate = 0.25 if fn == "attention_probs" else 0.0
+        run = lambda ac, bd, ef: layers.attention_probs_train(ac, bd, ef, ef_diff, blocked, rate, seed, 6)  # noqa
+    elif fn == "query_terms":
         args = [t(2, 3, 5, 4), t(3, 4), t(3, 4), t(3, 4)]
         run = lambda q, *b: layers.query_terms(q, list(b), 0.5)  # noqa: E731
     elif fn == "gelu_dropout":
@@ -194,8 +201,10 @@ def test_fused_training_sites_match_plain_ops_with_gradients(fn, monkeypatch):
         results.append([o.numpy() for o in outs] + [g.numpy() for g in tape.gradient(loss, args)])
     for a, b in zip(*results):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
-    if fn != "query_terms":  # dropout did act: zeros in the output (GELU) or in the gradient of h (LayerNorm)
-        assert (results[0][0 if fn == "gelu_dropout" else 1] == 0).mean() > 0.1
+    if fn in ("gelu_dropout", "attention_probs"):  # dropout did act
+        assert (results[0][0] == 0).mean() > 0.1 + (0.15 if fn == "attention_probs" else 0.0)
+    elif fn.startswith("dropout_add_ln"):  # zeros in the gradient of h
+        assert (results[0][1] == 0).mean() > 0.1
 
 
 def test_xla_fusions_off_same_outputs_and_gradients(monkeypatch):

@@ -409,6 +409,66 @@ def attention_probs_inference(ac, bd, ef, ef_diff, blocked):
     return tf.cast(tf.nn.softmax(_attention_scores_xla(ac, bd, ef, ef_diff, blocked), axis=-1), ac.dtype)
 
 
+def _rel_shift_grad(d, rlen):
+    """The gradient of ``rel_shift``: [b, n, q, klen] -> [b, n, q, rlen] (zeros where nothing was read)."""
+    b, n, q, k = tf.unstack(tf.shape(d))
+    d = tf.pad(d, tf.stack([[0, 0], [0, 0], [0, 0], [0, rlen - 1 - k]]))
+    d = tf.reshape(d, tf.stack([b, n, rlen - 1, q]))
+    d = tf.pad(d, [[0, 0], [0, 0], [1, 0], [0, 0]])
+    return tf.reshape(d, tf.stack([b, n, q, rlen]))
+
+
+def _attention_probs_bwd(prob, keep, dy, ef_diff, blocked, rate):
+    """Gradients of dropout(softmax(scores)) for the scores and the two segment terms [b, n, q, 2]."""
+    g = tf.cast(dy, tf.float32)
+    if keep is not None:
+        g = _apply_keep(g, keep, rate)
+    ds = prob * (g - tf.reduce_sum(g * prob, axis=-1, keepdims=True))
+    if blocked is not None:
+        ds = tf.where(tf.expand_dims(blocked, 1), tf.zeros_like(ds), ds)
+    if ef_diff is None:
+        return ds, None
+    diff = tf.expand_dims(ef_diff, 1)
+    zero = tf.zeros_like(ds)
+    d_ef = tf.concat([tf.reduce_sum(tf.where(diff, zero, ds), axis=-1, keepdims=True),
+                      tf.reduce_sum(tf.where(diff, ds, zero), axis=-1, keepdims=True)], axis=-1)
+    return ds, d_ef
+
+
+_attention_probs_bwd_xla = _xla(_attention_probs_bwd)
+
+
+def attention_probs_train(ac, bd, ef, ef_diff, blocked, rate: float, seed: tf.Tensor, salt: int):
+    """Attention probabilities after attention dropout in a training step. With ``XLA_FUSIONS``: the score
+    chain as the inference cluster, oneDNN's softmax, the dropout mask fused with its scaling, and a
+    hand-written backward (dropout, softmax, mask and segment terms in one cluster; ``rel_shift``'s gradient
+    as two pads)."""
+    if not XLA_FUSIONS:
+        return dropout(attention_probs(ac, bd, ef, ef_diff, blocked), rate, seed, salt)
+    site = _site(seed, salt) if rate > 0.0 else None
+    rlen = tf.shape(bd)[-1]
+
+    def make(*ef_arg):
+        @tf.custom_gradient
+        def f(ac, bd, *ef_arg):
+            prob = tf.nn.softmax(_attention_scores_xla(ac, bd, ef_arg[0] if ef_arg else None, ef_diff, blocked),
+                                 axis=-1)
+            out, keep = (tf.cast(prob, ac.dtype), None) if site is None else \
+                _dropout_fwd_xla(tf.cast(prob, ac.dtype), site, rate)
+
+            def grad(dy):
+                ds, d_ef = _attention_probs_bwd_xla(prob, keep, dy, ef_diff, blocked, rate)
+                ds = tf.cast(ds, ac.dtype)
+                grads = (ds, _rel_shift_grad(ds, rlen))
+                return grads + ((tf.cast(d_ef, ac.dtype),) if ef_arg else ())
+
+            return out, grad
+
+        return f(ac, bd, *ef_arg)
+
+    return make() if ef is None else make(ef)
+
+
 # Query chunks. For bidirectional attention the positional scores BD are [q, klen + qlen] per head, but row i
 # only reads the klen columns starting at qlen - i (``rel_shift``). Rows [i0, i1) together read the
 # klen + (i1 - i0) columns starting at qlen - i1, so computing BD chunk by chunk over the queries does only
@@ -565,9 +625,12 @@ class XLNetBlock(keras.layers.Layer):
         if ef_diff is not None:
             seg = tf.transpose(self._w(self.seg_embed), [1, 2, 0])  # [n, h, 2]
             ef = tf.matmul(qs[0], seg)  # [b, n, q, 2]
-        probs_fn = attention_probs_inference if XLA_FUSIONS and seed is None else attention_probs
-        prob = probs_fn(ac, bd, ef, ef_diff, blocked)
-        prob = dropout(prob, c.dropatt, seed, salt)
+        if seed is not None:
+            prob = attention_probs_train(ac, bd, ef, ef_diff, blocked, c.dropatt, seed, salt)
+        elif XLA_FUSIONS:
+            prob = attention_probs_inference(ac, bd, ef, ef_diff, blocked)
+        else:
+            prob = attention_probs(ac, bd, ef, ef_diff, blocked)
         return tf.matmul(prob, v_head)  # [b, n, q, h]
 
     def _post_attention(self, x, attn_vec, seed, salt):
