@@ -122,10 +122,11 @@ def _gelu_dropout_bwd(u, bias, keep, dy, rate):
     return du, _column_sum(du)
 
 
-def _column_sum(x):
-    """Sum over every axis but the last (a bias gradient), accumulated in float32."""
+def _column_sum(x, dtype=None):
+    """Sum over every axis but the last (a bias, gamma or beta gradient), accumulated in float32, returned in
+    ``dtype`` (default: x's)."""
     x32 = tf.reshape(tf.cast(x, tf.float32), tf.concat([[-1], tf.shape(x)[-1:]], axis=0))
-    return tf.cast(tf.reduce_sum(x32, axis=0), x.dtype)
+    return tf.cast(tf.reduce_sum(x32, axis=0), dtype or x.dtype)
 
 
 def _dropout_add_ln_fwd(h, bias, x, gamma, beta, site, rate, eps):
@@ -138,12 +139,10 @@ def _dropout_add_ln_fwd(h, bias, x, gamma, beta, site, rate, eps):
 
 
 def _dropout_add_ln_bwd(s, mean, rstd, gamma, keep, dy, rate, bias):
-    """Gradients for h, (bias,) x, gamma, beta of ``_dropout_add_ln_fwd``."""
+    """Gradients for h, x, gamma, beta (and bias) of ``_dropout_add_ln_fwd``."""
     ds, dgamma, dbeta = _ln_backward(s, mean, rstd, gamma, dy)
     dh = _apply_keep(ds, keep, rate)
-    if bias is None:
-        return dh, ds, dgamma, dbeta
-    return dh, _column_sum(dh), ds, dgamma, dbeta
+    return (dh, ds, dgamma, dbeta) + (() if bias is None else (_column_sum(dh),))
 
 
 def _site(seed, salt: int):
@@ -194,23 +193,15 @@ def dropout_add_layer_norm(h, x, gamma, beta, eps: float, rate: float, seed: Opt
             h = tf.nn.bias_add(h, bias)
         return layer_norm(dropout(h, rate, seed, salt) + x, gamma, beta, eps)
     site = _site(seed, salt)
-    gamma, beta = tf.convert_to_tensor(gamma), tf.convert_to_tensor(beta)
 
-    def make(*bias_arg):
-        @tf.custom_gradient
-        def f(h, x, gamma, beta, *bias_arg):
-            b = bias_arg[0] if bias_arg else None
-            y, s, mean, rstd, keep = _dropout_add_ln_fwd_xla(h, b, x, gamma, beta, site, rate, eps)
+    @tf.custom_gradient
+    def f(h, x, gamma, beta, *bias_arg):
+        b = bias_arg[0] if bias_arg else None
+        y, s, mean, rstd, keep = _dropout_add_ln_fwd_xla(h, b, x, gamma, beta, site, rate, eps)
+        return y, lambda dy: _dropout_add_ln_bwd_xla(s, mean, rstd, gamma, keep, dy, rate, b)
 
-            def grad(dy):
-                g = _dropout_add_ln_bwd_xla(s, mean, rstd, gamma, keep, dy, rate, b)
-                return (g[0], g[2], g[3], g[4], g[1]) if bias_arg else g
-
-            return y, grad
-
-        return f(h, x, gamma, beta, *bias_arg)
-
-    return make() if bias is None else make(tf.convert_to_tensor(bias))
+    return f(h, x, tf.convert_to_tensor(gamma), tf.convert_to_tensor(beta),
+             *(() if bias is None else (tf.convert_to_tensor(bias),)))
 
 
 def _query_terms(q, biases, scale):
@@ -284,10 +275,7 @@ def _ln_backward(x, mean, rstd, gamma, dy):
     g = dy32 * tf.cast(gamma, tf.float32)
     dx = rstd * (g - tf.reduce_mean(g, axis=-1, keepdims=True)
                  - xhat * tf.reduce_mean(g * xhat, axis=-1, keepdims=True))
-    d = tf.shape(x)[-1:]
-    dgamma = tf.reduce_sum(tf.reshape(dy32 * xhat, tf.concat([[-1], d], 0)), axis=0)
-    dbeta = tf.reduce_sum(tf.reshape(dy32, tf.concat([[-1], d], 0)), axis=0)
-    return tf.cast(dx, x.dtype), tf.cast(dgamma, gamma.dtype), tf.cast(dbeta, gamma.dtype)
+    return tf.cast(dx, x.dtype), _column_sum(dy32 * xhat, gamma.dtype), _column_sum(dy32, gamma.dtype)
 
 
 _ln_forward_xla = _xla(_ln_forward)
@@ -448,25 +436,21 @@ def attention_probs_train(ac, bd, ef, ef_diff, blocked, rate: float, seed: tf.Te
     site = _site(seed, salt) if rate > 0.0 else None
     rlen = tf.shape(bd)[-1]
 
-    def make(*ef_arg):
-        @tf.custom_gradient
-        def f(ac, bd, *ef_arg):
-            prob = tf.nn.softmax(_attention_scores_xla(ac, bd, ef_arg[0] if ef_arg else None, ef_diff, blocked),
-                                 axis=-1)
-            out, keep = (tf.cast(prob, ac.dtype), None) if site is None else \
-                _dropout_fwd_xla(tf.cast(prob, ac.dtype), site, rate)
+    @tf.custom_gradient
+    def f(ac, bd, *ef_arg):
+        prob = tf.nn.softmax(_attention_scores_xla(ac, bd, ef_arg[0] if ef_arg else None, ef_diff, blocked),
+                             axis=-1)
+        out, keep = (tf.cast(prob, ac.dtype), None) if site is None else \
+            _dropout_fwd_xla(tf.cast(prob, ac.dtype), site, rate)
 
-            def grad(dy):
-                ds, d_ef = _attention_probs_bwd_xla(prob, keep, dy, ef_diff, blocked, rate)
-                ds = tf.cast(ds, ac.dtype)
-                grads = (ds, _rel_shift_grad(ds, rlen))
-                return grads + ((tf.cast(d_ef, ac.dtype),) if ef_arg else ())
+        def grad(dy):
+            ds, d_ef = _attention_probs_bwd_xla(prob, keep, dy, ef_diff, blocked, rate)
+            ds = tf.cast(ds, ac.dtype)
+            return (ds, _rel_shift_grad(ds, rlen)) + ((tf.cast(d_ef, ac.dtype),) if ef_arg else ())
 
-            return out, grad
+        return out, grad
 
-        return f(ac, bd, *ef_arg)
-
-    return make() if ef is None else make(ef)
+    return f(ac, bd, *(() if ef is None else (ef,)))
 
 
 # Query chunks. For bidirectional attention the positional scores BD are [q, klen + qlen] per head, but row i
@@ -647,7 +631,7 @@ class XLNetBlock(keras.layers.Layer):
         c = self.config
         x2 = tf.reshape(x, [-1, c.d_model])
         h = tf.matmul(x2, self._w(self.ff1_kernel))
-        if XLA_FUSIONS and seed is not None and self.act is gelu_tanh:
+        if seed is not None and self.act is gelu_tanh:
             h = gelu_dropout_train(h, self._w(self.ff1_bias), c.dropout, seed, salt)
         else:  # MatMul -> BiasAdd -> activation on 2-D tensors: oneDNN fuses the three into one kernel
             h = dropout(self.act(tf.nn.bias_add(h, self._w(self.ff1_bias))), c.dropout, seed, salt)
