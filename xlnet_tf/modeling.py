@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Dict, List, Optional, Sequence
 
 import keras
@@ -22,6 +23,30 @@ class WrapsBackbone:
     @property
     def n_layer(self) -> int:
         return self.backbone.n_layer
+
+
+# Inference streams. On a CPU-only host an inference forward with batch >= 4 and at least STREAM_MIN_TOKENS tokens
+# per half batch runs as two independent half-batch forwards in one graph: the executor then overlaps the two chains, so one
+# half's poorly parallel ops (attention BatchMatMuls, transposes, the small XLA clusters) run next to the other
+# half's matmuls instead of leaving a core idle. Every example's computation is unchanged (outputs equal up to
+# oneDNN's blocking of the smaller matmuls); training is never split (dropout masks and weight gradients stay
+# as they are). Measured on the 2-core CI machine: BUILD.md "Backbone speed". ``model.inference_streams = False``
+# turns it off; the default is on when no GPU/TPU is visible and TensorFlow may use at least two threads.
+STREAM_MIN_TOKENS = 256
+
+
+def _cpu_streams_default() -> bool:
+    if tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"):
+        return False
+    threads = tf.config.threading.get_intra_op_parallelism_threads() or (os.cpu_count() or 1)
+    return threads >= 2
+
+
+def _use_streams(batch, qlen):
+    """Whether an inference forward of [batch, qlen] runs as two streams (Python bool or bool tensor)."""
+    if isinstance(batch, int) and isinstance(qlen, int):
+        return batch >= 4 and (batch // 2) * qlen >= STREAM_MIN_TOKENS
+    return tf.logical_and(batch >= 4, (batch // 2) * qlen >= STREAM_MIN_TOKENS)
 
 
 class XLNetModel(keras.Model):
@@ -49,6 +74,7 @@ class XLNetModel(keras.Model):
             shared = {n: self.add_weight(name=n, shape=(c.n_head, c.d_head), initializer=init)
                       for n in ("r_w_bias", "r_r_bias", "r_s_bias")}
         self.shared_biases = shared
+        self.inference_streams = _cpu_streams_default()
         self.blocks = [XLNetBlock(config, i, shared_biases=shared, dtype=self.dtype_policy)
                        for i in range(c.n_layer)]
         # tf.train.Checkpoint does not see layers inside Keras-tracked lists: name each block too.
@@ -107,6 +133,34 @@ class XLNetModel(keras.Model):
     # ------------------------------------------------------------------ forward
     def call(self, input_ids, segment_ids=None, padding_mask=None, mems: Optional[Sequence] = None,
              perm_mask=None, target_mapping=None, training=False) -> Dict[str, object]:
+        args = (input_ids, segment_ids, padding_mask, mems, perm_mask, target_mapping)
+        if bool(training) or not self.inference_streams or self.config.bi_data:
+            return self._forward(*args, training=bool(training))
+        ids = tf.convert_to_tensor(input_ids)
+        batch, qlen = ids.shape[0], ids.shape[1]
+        if batch is not None and qlen is not None:  # static shapes: decided when tracing
+            use = _use_streams(batch, qlen)
+            return self._forward_streams(*args) if use else self._forward(*args, training=False)
+        shape = tf.shape(ids)
+        return tf.cond(_use_streams(shape[0], shape[1]), lambda: self._forward_streams(*args),
+                       lambda: self._forward(*args, training=False))
+
+    def _forward_streams(self, *args) -> Dict[str, object]:
+        """Inference as two independent half-batch forwards (see ``STREAM_MIN_TOKENS``); outputs concatenated."""
+        half = (tf.shape(args[0])[0] + 1) // 2
+
+        def rows(x, first):
+            if x is None:
+                return None
+            x = tf.convert_to_tensor(x)
+            return x[:half] if first else x[half:]
+
+        shards = [self._forward(*[tf.nest.map_structure(lambda x: rows(x, first), a) for a in args], training=False)
+                  for first in (True, False)]
+        return tf.nest.map_structure(lambda a, b: tf.concat([a, b], axis=0), *shards)
+
+    def _forward(self, input_ids, segment_ids=None, padding_mask=None, mems: Optional[Sequence] = None,
+                 perm_mask=None, target_mapping=None, training=False) -> Dict[str, object]:
         c = self.config
         input_ids = tf.cast(input_ids, tf.int32)
         shape = tf.shape(input_ids)
