@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """A/B of ``xlnet_tf.layers`` switches on the XLNet-Base backbone, interleaved in ONE process.
 
-Each variant is a comma list of ``NAME=VALUE`` settings of module attributes of ``xlnet_tf.layers`` (for
-example ``XLA_FUSIONS=0`` or ``ATTN_CHUNK=0``; ``base`` = no change). The settings are read when a function is
+Each variant is a comma list of ``NAME=VALUE`` settings of upper-case module attributes of ``xlnet_tf.layers``
+or ``xlnet_tf.modeling`` (for example ``XLA_FUSIONS=0``, ``ATTN_CHUNK=0``, or ``STREAM_MIN_TOKENS=1000000000``,
+which turns the inference streams off; ``base`` = no change). The settings are read when a function is
 traced, so every variant gets its own ``tf.function``, traced with its settings in place and timed with them
 restored: all variants share one model, one process and one machine state, and their timed repetitions take
 turns (rep 1 of every variant, then rep 2, ...). This resolves differences of a few percent that separate
@@ -14,6 +15,7 @@ processes on a shared VM cannot. Medians are reported; the first variant is the 
 
     python benchmarks/ab_switches.py --mode train --shape 8x128 XLA_FUSIONS=0 base
     python benchmarks/ab_switches.py --mode infer --shape 2x512 ATTN_CHUNK=0 base --reps 9
+    python benchmarks/ab_switches.py --mode infer --shape 8x128 STREAM_MIN_TOKENS=1000000000 base --reps 15
 """
 
 from __future__ import annotations
@@ -63,13 +65,17 @@ def main(argv=None):
     import keras
     import tensorflow as tf
 
-    from xlnet_tf import XLNetConfig, layers
+    from xlnet_tf import XLNetConfig, layers, modeling
     from xlnet_tf.modeling import XLNetModel
+
+    def module_of(name):
+        return next((m for m in (layers, modeling) if name.isupper() and hasattr(m, name)), None)
 
     for v in args.variants:
         for name, _ in parse_variant(v):
-            if not hasattr(layers, name) or not name.isupper():
-                raise SystemExit(f"variant {v!r}: xlnet_tf.layers has no switch {name!r}")
+            if module_of(name) is None:
+                raise SystemExit(f"variant {v!r}: neither xlnet_tf.layers nor xlnet_tf.modeling has a switch "
+                                 f"{name!r}")
     train = args.mode == "train"
     rate = 0.1 if train else 0.0
     cfg = XLNetConfig(**dict(BASE, n_layer=args.n_layer), ff_activation="gelu", untie_r=True, dropout=rate,
@@ -92,16 +98,16 @@ def main(argv=None):
             # every gradient is an output, so none of the backward is pruned
             return tf.stack([tf.reduce_sum(tf.square(tf.convert_to_tensor(g))) for g in grads])
 
-        saved = {name: getattr(layers, name) for name, _ in settings}
+        saved = {name: getattr(module_of(name), name) for name, _ in settings}
         try:
             for name, value in settings:
-                setattr(layers, name, type(saved[name])(int(value) if isinstance(saved[name], (bool, int))
-                                                       else value))
+                setattr(module_of(name), name, type(saved[name])(int(value) if isinstance(saved[name], (bool, int))
+                                                                 else value))
             model.dropout_seed.assign([0, 0])
             out = step().numpy()  # traced (and warmed) with the settings in place
         finally:
             for name, value in saved.items():
-                setattr(layers, name, value)
+                setattr(module_of(name), name, value)
         return step, out
 
     fns, outs = {}, {}
