@@ -25,13 +25,14 @@ class WrapsBackbone:
         return self.backbone.n_layer
 
 
-# Inference streams. On a CPU-only host an inference forward with batch >= 4 and at least STREAM_MIN_TOKENS tokens
-# per half batch runs as two independent half-batch forwards in one graph: the executor then overlaps the two chains, so one
-# half's poorly parallel ops (attention BatchMatMuls, transposes, the small XLA clusters) run next to the other
-# half's matmuls instead of leaving a core idle. Every example's computation is unchanged (outputs equal up to
-# oneDNN's blocking of the smaller matmuls); training is never split (dropout masks and weight gradients stay
-# as they are). Measured on the 2-core CI machine: BUILD.md "Backbone speed". ``model.inference_streams = False``
-# turns it off; the default is on when no GPU/TPU is visible and TensorFlow may use at least two threads.
+# Inference streams. On a CPU-only host an inference forward with batch >= 4 and at least STREAM_MIN_TOKENS
+# tokens per half batch runs as two independent half-batch forwards in one graph: the executor then overlaps
+# the two chains, so one half's poorly parallel ops (attention BatchMatMuls, transposes, the small XLA
+# clusters) run next to the other half's matmuls instead of leaving a core idle. Every example's computation
+# is unchanged (outputs equal up to oneDNN's blocking of the smaller matmuls); training is never split (dropout
+# masks and weight gradients stay as they are). Measured on the 2-core CI machine: BUILD.md "Backbone speed".
+# ``model.inference_streams = False`` turns it off; the default is on when no GPU/TPU is visible and
+# TensorFlow may use at least two threads.
 STREAM_MIN_TOKENS = 256
 
 
@@ -44,9 +45,8 @@ def _cpu_streams_default() -> bool:
 
 def _use_streams(batch, qlen):
     """Whether an inference forward of [batch, qlen] runs as two streams (Python bool or bool tensor)."""
-    if isinstance(batch, int) and isinstance(qlen, int):
-        return batch >= 4 and (batch // 2) * qlen >= STREAM_MIN_TOKENS
-    return tf.logical_and(batch >= 4, (batch // 2) * qlen >= STREAM_MIN_TOKENS)
+    rule = (batch >= 4, (batch // 2) * qlen >= STREAM_MIN_TOKENS)
+    return all(rule) if isinstance(batch, int) and isinstance(qlen, int) else tf.logical_and(*rule)
 
 
 class XLNetModel(keras.Model):
@@ -55,7 +55,8 @@ class XLNetModel(keras.Model):
     ``model(input_ids, segment_ids=None, padding_mask=None, mems=None, perm_mask=None, target_mapping=None,
     training=False)`` returns a dict with ``sequence_output`` [b, q, d] (content stream), ``query_output``
     [b, num_predict, d] when ``target_mapping`` is given, and ``new_mems`` (list of n_layer [b, mem_len, d])
-    when ``config.mem_len > 0``. Mask conventions: see ``xlnet_tf/masks.py``.
+    when ``config.mem_len > 0``. Mask conventions: see ``xlnet_tf/masks.py``. ``inference_streams``: see
+    ``STREAM_MIN_TOKENS``.
     """
 
     def __init__(self, config: XLNetConfig, seed: int = 0, name: str = "xlnet", **kwargs):
@@ -155,7 +156,7 @@ class XLNetModel(keras.Model):
             x = tf.convert_to_tensor(x)
             return x[:half] if first else x[half:]
 
-        shards = [self._forward(*[tf.nest.map_structure(lambda x: rows(x, first), a) for a in args], training=False)
+        shards = [self._forward(*[tf.nest.map_structure(lambda x: rows(x, first), a) for a in args])
                   for first in (True, False)]
         return tf.nest.map_structure(lambda a, b: tf.concat([a, b], axis=0), *shards)
 
