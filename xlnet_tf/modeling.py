@@ -156,8 +156,7 @@ class XLNetModel(keras.Model):
             x = tf.convert_to_tensor(x)
             return x[:half] if first else x[half:]
 
-        shards = [self._forward(*[tf.nest.map_structure(lambda x: rows(x, first), a) for a in args])
-                  for first in (True, False)]
+        shards = [self._forward(*tf.nest.map_structure(lambda x: rows(x, first), args)) for first in (True, False)]
         return tf.nest.map_structure(lambda a, b: tf.concat([a, b], axis=0), *shards)
 
     def _forward(self, input_ids, segment_ids=None, padding_mask=None, mems: Optional[Sequence] = None,
