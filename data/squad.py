@@ -155,33 +155,47 @@ def align_preprocessed(text: str, tokenizer: XLNetTokenizer) -> Tuple[str, np.nd
 
 
 class _OffsetEncoder:
-    """SentencePiece pieces/ids with character offsets into the encoded string: ``offset_mapping`` (character
-    offsets, sentencepiece >= 0.2.1), else the proto outputs (byte offsets, converted)."""
+    """SentencePiece pieces/ids with CHARACTER offsets into the encoded string, from the first output type the
+    installed sentencepiece offers: ``"offset_mapping"`` (0.2.3), ``"immutable_proto"`` (0.2.0-0.2.2) or
+    ``"proto"`` (a message in 0.2.3, serialized bytes before). Whether a proto's begin/end count characters
+    (0.2.0/0.2.1's Python wrapper) or UTF-8 bytes is probed once on a non-ASCII string."""
 
-    def __init__(self, sp):
+    _PROBE = "\u00e9\u00e9 \u00e9"  # "ee e" with accents: 4 characters, 7 bytes
+    MODES = ("offset_mapping", "immutable_proto", "proto")
+
+    def __init__(self, sp, modes=MODES):
         self.sp = sp
-        self.mode = None
-        for mode in ("offset_mapping", "immutable_proto", "proto"):
+        self.mode = self.bytes = None
+        for mode in modes:
             try:
-                sp.encode("a", out_type=mode)
-            except (ValueError, TypeError, RuntimeError, ImportError):
+                end = self._spans(sp.encode(self._PROBE, out_type=mode), mode)[-1][1]
+            except (ValueError, TypeError, RuntimeError, ImportError, AttributeError):
                 continue
-            self.mode = mode
+            if end not in (len(self._PROBE), len(self._PROBE.encode("utf-8"))):
+                raise RuntimeError(f"sentencepiece out_type={mode!r} ends {self._PROBE!r} at {end}: neither its "
+                                   f"{len(self._PROBE)} characters nor its {len(self._PROBE.encode('utf-8'))} bytes")
+            self.mode, self.bytes = mode, end != len(self._PROBE)
             break
         if self.mode is None:
             raise RuntimeError("this sentencepiece version reports no piece offsets; install sentencepiece>=0.2")
 
+    @staticmethod
+    def _spans(encoded, mode):
+        if mode == "offset_mapping":
+            return [tuple(o) for o in encoded["offsets"]]
+        return [(p.begin, p.end) for p in encoded.pieces]
+
     def __call__(self, text: str) -> Tuple[List[str], List[int], List[Tuple[int, int]]]:
+        r = self.sp.encode(text, out_type=self.mode)
         if self.mode == "offset_mapping":
-            r = self.sp.encode(text, out_type="offset_mapping")
-            return list(r["pieces"]), list(r["ids"]), [tuple(o) for o in r["offsets"]]
-        proto = self.sp.encode(text, out_type=self.mode)
-        pieces = [p.piece for p in proto.pieces]
-        ids = [p.id for p in proto.pieces]
-        if text.isascii():
-            return pieces, ids, [(p.begin, p.end) for p in proto.pieces]
+            pieces, ids = list(r["pieces"]), list(r["ids"])
+        else:
+            pieces, ids = [p.piece for p in r.pieces], [p.id for p in r.pieces]
+        spans = self._spans(r, self.mode)
+        if not self.bytes or text.isascii():
+            return pieces, ids, spans
         b2c = np.repeat(np.arange(len(text) + 1), [len(c.encode("utf-8")) for c in text] + [1])
-        return pieces, ids, [(int(b2c[p.begin]), int(b2c[p.end])) for p in proto.pieces]
+        return pieces, ids, [(int(b2c[b]), int(b2c[e])) for b, e in spans]
 
 
 def _encoder(tokenizer: XLNetTokenizer) -> _OffsetEncoder:

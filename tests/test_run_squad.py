@@ -167,8 +167,9 @@ def test_export_fresh_process_matches_python_postprocessing(files, v2_run, tmp_p
     # (1) against the CLI's Python post-processing of the same checkpoint
     nbest = json.loads((out / "nbest.json").read_text())
     odds = json.loads((out / "null_odds.json").read_text())
-    differ = {c for c in {e.context for e in dev} if tft.tokenize(tf.constant([c]))[0].numpy().tolist()
-              != tok.encode(c)}  # tensorflow-text SentencePiece near-ties (~1.5e-4 of real strings)
+    differ = [c[:60] for c in {e.context for e in dev} if tft.tokenize(tf.constant([c]))[0].numpy().tolist()
+              != tok.encode(c)]
+    assert not differ, differ  # the served pieces are the features' pieces (tests/test_tokenizer.py)
     mismatches, same_count = [], 0
     for i, e in enumerate(dev):
         best = nbest[e.qas_id][0]
@@ -179,9 +180,9 @@ def test_export_fresh_process_matches_python_postprocessing(files, v2_run, tmp_p
         if same:
             same_count += 1
             assert abs(served["score"][i] - py_score) <= SCORE_TOL
-        elif e.context not in differ and abs(served["score"][i] - py_score) > SCORE_TOL:
+        elif abs(served["score"][i] - py_score) > SCORE_TOL:
             mismatches.append((e.qas_id, served["answer_text"][i], best["text"]))
-    # a different span is only allowed on a score tie within the tolerance (or a different segmentation)
+    # a different span is only allowed on a score tie within the tolerance
     assert not mismatches, mismatches[:5]
     assert same_count >= 0.95 * n, same_count  # measured: 247 of 247, scores within 7e-7
 

@@ -138,14 +138,34 @@ def test_pieces_and_spans_match_tokenizer(tok):
                 assert body in unicodedata.normalize("NFKC", src), (p, text[a:b])
 
 
-def test_byte_offset_fallback_matches(tok):
-    """The proto (byte-offset) path used by older sentencepiece gives the same spans."""
-    fast = sd._OffsetEncoder(tok.sp)
-    slow = sd._OffsetEncoder(tok.sp)
-    slow.mode = "proto"
-    for text in TRICKY:
-        prep = tok.preprocess(text)
-        assert fast(prep) == slow(prep), text
+def test_offset_units_are_probed(tok):
+    """Every output type the installed sentencepiece offers gives the same character spans, and a build that
+    reports UTF-8 byte offsets (simulated here) is detected by the probe and converted to the same spans."""
+    ref = sd._OffsetEncoder(tok.sp)
+    assert not ref.bytes
+    texts = [tok.preprocess(t) for t in TRICKY]
+    for mode in sd._OffsetEncoder.MODES:
+        try:
+            other = sd._OffsetEncoder(tok.sp, modes=(mode,))
+        except RuntimeError:  # not offered by this version
+            continue
+        assert [other(t) for t in texts] == [ref(t) for t in texts], mode
+
+    class BytePieces:  # what a byte-offset proto looks like: begin/end in UTF-8 bytes of the encoded string
+        def __init__(self, text):
+            pieces, ids, spans = ref(text)
+            to_byte = lambda c: len(text[:c].encode("utf-8"))  # noqa: E731
+            self.pieces = [type("P", (), dict(piece=p, id=i, begin=to_byte(b), end=to_byte(e)))
+                           for p, i, (b, e) in zip(pieces, ids, spans)]
+
+    class ByteSp:
+        def encode(self, text, out_type):
+            return BytePieces(text)
+
+    fake = sd._OffsetEncoder(ByteSp(), modes=("proto",))
+    assert fake.bytes
+    assert any(not t.isascii() for t in texts)
+    assert [fake(t) for t in texts] == [ref(t) for t in texts]
 
 
 def test_char_to_token_span():

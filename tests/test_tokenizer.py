@@ -13,6 +13,7 @@ import sys
 import tarfile
 import textwrap
 import unicodedata
+import warnings
 from pathlib import Path
 
 import pytest
@@ -312,38 +313,51 @@ def test_parity_with_huggingface(tok, corpus):
 
 
 def _in_graph_differences(py, tt, texts, tf):
-    """Strings whose in-graph ids differ from ``py.encode``, each checked to be a SentencePiece near-tie.
-
-    tensorflow-text bundles its own SentencePiece build, whose unigram Viterbi breaks exact ties (equal
-    piece multisets in another order, e.g. "e"+"ee" vs "ee"+"e") and float32 near-ties of the running path
-    score differently from the Python ``sentencepiece`` package. Any difference must therefore have the same
-    preprocessed text, the same surface, and a total piece score within 2e-4 of Python's.
-    """
+    """Strings whose in-graph ids differ from ``py.encode``, each with what explains it: the pieces around the
+    first mismatch, whether preprocessing and surface agree, and the gap of the total piece scores (a
+    SentencePiece tie-break shows as the same surface with a gap below ~2e-4)."""
     diffs = []
     for start in range(0, len(texts), 512):
         batch = texts[start:start + 512]
         got = tt.tokenize(tf.constant(batch)).to_list()
-        diffs += [(t, g) for t, g in zip(batch, got) if g != py.encode(t)]
+        diffs += [t for t, g in zip(batch, got) if g != py.encode(t)]
     score = lambda pieces: sum(py.sp.GetScore(py.sp.PieceToId(p)) for p in pieces)
-    for text, _ in diffs:
+    out = []
+    for text in diffs:
         ours = [p.decode("utf-8") for p in tt.tokenize_to_pieces([text]).to_list()[0]]
         theirs = py.tokenize(text)
-        assert tt.preprocess([text]).numpy()[0].decode("utf-8") == py.preprocess(text)
-        assert "".join(ours) == "".join(theirs)
-        assert abs(score(ours) - score(theirs)) < 2e-4, (text, ours, theirs)
-    return diffs
+        i = next((k for k, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+        out.append({"text": text[:60], "in_graph": ours[max(0, i - 2):i + 3], "python": theirs[max(0, i - 2):i + 3],
+                    "same_preprocess": tt.preprocess([text]).numpy()[0].decode("utf-8") == py.preprocess(text),
+                    "same_surface": "".join(ours) == "".join(theirs),
+                    "score_gap": abs(score(ours) - score(theirs))})
+    return out
 
 
 @needs_spiece
 def test_in_graph_parity_real_text(tok, tf, tf_toks, corpus):
+    """The in-graph ids equal ``encode`` on every real string. tensorflow-text's bundled SentencePiece breaks
+    unigram score ties as the Python ``sentencepiece`` up to 0.2.1 does (pinned in requirements.txt); 0.2.2+
+    breaks them the other way on ~1 in 8,000 real strings (benchmarks/tokenizer_parity.py)."""
+    import sentencepiece
+
     texts, _ = corpus
     cases = [("cased", tok, tf_toks[(False, False)], texts),
              ("lower", XLNetTokenizer(str(SPIECE), lower=True), tf_toks[(True, False)], texts[:1000])]
     for name, py, tt, sample in cases:
         diffs = _in_graph_differences(py, tt, sample, tf)
-        print(f"\nin-graph vs Python ({name}): {len(sample)} strings, {len(diffs)} differ (SentencePiece ties)")
-        for text, _ in diffs[:3]:
-            ours = [p.decode("utf-8") for p in tt.tokenize_to_pieces([text]).to_list()[0]]
-            first = next(i for i, (a, b) in enumerate(zip(ours, py.tokenize(text))) if a != b)
-            print("   ", ours[max(0, first - 2):first + 3], "vs", py.tokenize(text)[max(0, first - 2):first + 3])
-        assert len(diffs) <= max(3, len(sample) // 1000)
+        print(f"\nin-graph vs Python ({name}): {len(sample)} strings, {len(diffs)} differ")
+        assert not diffs, f"sentencepiece {sentencepiece.__version__} ({name}): {diffs[:5]}"
+
+
+def test_tie_break_warning_names_the_fix():
+    from xlnet_tf.tf_tokenizer import _warn_if_ties_differ
+
+    for version in ("0.2.2", "0.2.3", "0.3.0"):
+        with pytest.warns(UserWarning, match=r"sentencepiece<0\.2\.2"):
+            _warn_if_ties_differ(version)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for version in ("0.1.99", "0.2.0", "0.2.1"):
+            _warn_if_ties_differ(version)
+        _warn_if_ties_differ("dev")  # an unparsable version: no guess, no warning

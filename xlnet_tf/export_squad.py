@@ -34,9 +34,9 @@ Everything runs in-graph (load in a fresh process with ``import tensorflow_text`
    paragraph, start at its max-context window, ``end >= start``, length <= ``max_answer_length``; score summed
    in float64; the first best in (window, start_k, end_k) order wins, as the Python sort.
 
-Known limits (the same as the pieces used): SentencePiece near-ties resolve differently in tensorflow-text on
-~1.5e-4 of real strings (see ``xlnet_tf/tf_tokenizer.py``), so a few contexts get a different segmentation
-than the Python features; an EMPTY context gives one window without paragraph pieces (the Python features
+Known limits (the same as the pieces used): the in-graph pieces equal the Python features' with the pinned
+``sentencepiece`` < 0.2.2 (see ``xlnet_tf/tf_tokenizer.py``; with 0.2.2+ ~1.3e-4 of real strings are segmented
+differently); an EMPTY context gives one window without paragraph pieces (the Python features
 give none) and so the "no valid span" output.
 """
 

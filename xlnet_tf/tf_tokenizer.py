@@ -7,12 +7,12 @@ embedded in the graph. Character classes (Python's whitespace, ``unicodedata.com
 ``str.isdigit``) are built from the running Python's ``unicodedata`` and frozen into the graph.
 
 Known gaps:
-* SentencePiece itself: tensorflow-text bundles its own SentencePiece build, whose unigram Viterbi breaks
-  exact score ties (the same pieces in another order: "e"+"ee" vs "ee"+"e") and float32 near-ties of the
-  running path score (|gap| ~1e-4 on long texts) differently from the Python ``sentencepiece`` package.
-  Measured: 13 of 86,317 real strings (SST-2 train, SQuAD 2.0 contexts and questions, RACE, WikiText-2):
-  7 of 4,204 long documents, 6 of 67,349 short sentences; each time one word is segmented differently.
-  Use one tokenizer consistently for a given dataset.
+* SentencePiece itself: tensorflow-text bundles its own SentencePiece build. Its unigram Viterbi breaks exact
+  score ties (the same pieces in another order: "e"+"ee" vs "ee"+"e") and float32 near-ties of the running
+  path score as the Python ``sentencepiece`` package up to 0.2.1 does, which requirements.txt therefore pins
+  (``>=0.2.0,<0.2.2``): 0 of 92,268 real strings differ (``benchmarks/tokenizer_parity.py``: SST-2, SQuAD
+  v1.1 dev, RACE, WikiText-2). 0.2.2 and 0.2.3 break them the other way (12 of the 92,268 strings: one word
+  each segmented differently, e.g. "e"+"ee"); :class:`TFXLNetTokenizer` warns when it finds 0.2.2 or newer.
 * Unicode versions (no case seen on real text): NFKD comes from tensorflow-text's ICU, which knows characters
   newer than Python's ``unicodedata`` (3.11: Unicode 14), so code points unassigned for Python may decompose
   in-graph. ``lower=True`` uses ``tf.strings.lower`` (TensorFlow's ICU: full case mapping with the
@@ -27,6 +27,7 @@ import functools
 import hashlib
 import sys
 import unicodedata
+import warnings
 
 import tensorflow as tf
 import tensorflow_text
@@ -101,11 +102,24 @@ class _SpieceModel(tf.saved_model.experimental.TrackableResource):
         return _spm_ops.sentencepiece_op(model=self._proto, shared_name=self._shared_name)
 
 
+def _warn_if_ties_differ(version: str) -> None:
+    """Warn when the Python ``sentencepiece`` breaks unigram score ties unlike tensorflow-text's build (0.2.2+)."""
+    try:
+        release = tuple(int(x) for x in version.split(".")[:3])
+    except ValueError:
+        return
+    if release >= (0, 2, 2):
+        warnings.warn(f"sentencepiece {version}: its unigram Viterbi breaks score ties unlike tensorflow-text's "
+                      f"bundled SentencePiece, so ~1 in 8,000 real strings get other ids in-graph than "
+                      f"XLNetTokenizer.encode; install sentencepiece<0.2.2 (requirements.txt) for identical ids",
+                      stacklevel=3)
+
+
 class TFXLNetTokenizer(tf.Module):
     """In-graph twin of :class:`xlnet_tf.tokenizer.XLNetTokenizer` (same constructor switches).
 
     ``tokenize``: tf.string [batch] -> int32 RaggedTensor [batch, (ids)], equal to ``encode`` per string
-    (up to SentencePiece tie-breaking, see the module docstring).
+    (with ``sentencepiece`` < 0.2.2 on the Python side; see the module docstring).
     ``preprocess``: the text normalisation alone. ``detokenize``: ids -> text, as ``decode``.
     """
 
@@ -114,6 +128,7 @@ class TFXLNetTokenizer(tf.Module):
         super().__init__(name=name)
         import sentencepiece as spm
 
+        _warn_if_ties_differ(spm.__version__)
         with tf.io.gfile.GFile(spiece_model_file, "rb") as f:
             proto = f.read()
         sp = spm.SentencePieceProcessor(model_proto=proto)
