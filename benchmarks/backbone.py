@@ -51,6 +51,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import resource
 import statistics
 import subprocess
@@ -465,6 +466,18 @@ def _is_peer(impl):
     return impl.startswith("torch") or impl in MG_IMPLS
 
 
+def ratio_interval(ours_times, peer_times, level=0.90, draws=4000, seed=0):
+    """Bootstrap interval of median(peer) / median(ours) (= the tokens/s ratio): each side's timed repetitions
+    resampled with replacement, ``draws`` times; the central ``level`` share of the ratios. The repetitions of
+    one run scatter by +-15% on this shared VM, so with 7 of them the ratio of medians alone moves by ~5-10%
+    from run to run; the interval says how far one run's ratio can be trusted."""
+    rng = random.Random(seed)
+    ratios = sorted(statistics.median(rng.choices(peer_times, k=len(peer_times)))
+                    / statistics.median(rng.choices(ours_times, k=len(ours_times))) for _ in range(draws))
+    cut = int(round((1.0 - level) / 2.0 * draws))
+    return ratios[cut], ratios[draws - 1 - cut]
+
+
 def goal_summary(rows):
     """Ours (best variant) against the peers, two ways: (a) absolute tokens/s against the quoted figures
     (measured on another machine: indicative only); (b) in this run, against the best peer measured side by
@@ -504,6 +517,9 @@ def goal_summary(rows):
         if "best_peer_same_run" in entry:
             entry["ratio_vs_best_peer_same_run"] = best["tokens_per_s"] / entry["best_peer_same_run"]
             entry["goal_met_same_run"] = entry["ratio_vs_best_peer_same_run"] >= GOALS[mode]
+        if entry.get("best_peer_source") == "measured":
+            lo, hi = ratio_interval(best["times_s"], peer["times_s"])
+            entry.update(ratio_interval_90=[lo, hi], goal_met_at_lower_bound=lo >= GOALS[mode])
         if quoted:
             entry.update(quoted_best_peer=max(quoted.values()),
                          ratio_vs_quoted_best_peer=best["tokens_per_s"] / max(quoted.values()))
@@ -528,6 +544,9 @@ def print_goals(goals):
                 peer = f"best-peer estimate (HF x {g['best_peer_scale_from_quotes']:.2f}; Model Garden not run)"
             line += (f" | same run: {', '.join(parts)}; {g['ratio_vs_best_peer_same_run']:.2f}x {peer} -> "
                      f"{'met' if g['goal_met_same_run'] else 'NOT met'}")
+            if "ratio_interval_90" in g:
+                lo, hi = g["ratio_interval_90"]
+                line += f" (90% interval {lo:.2f}-{hi:.2f}x)"
         if "ratio_vs_quoted_best_peer" in g:
             line += (f" | vs quoted {g['quoted_best_peer']}: {g['ratio_vs_quoted_best_peer']:.2f}x -> "
                      f"{'met' if g['goal_met_vs_quoted'] else 'NOT met'} (other machine)")
