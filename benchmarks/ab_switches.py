@@ -21,7 +21,6 @@ processes on a shared VM cannot. Medians are reported; the first variant is the 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -34,7 +33,7 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
 from backbone import BASE, _inputs  # noqa: E402
-from bench_util import cpu_model, versions  # noqa: E402
+from bench_util import cpu_model, versions, write_json  # noqa: E402
 
 
 def parse_variant(text: str):
@@ -137,12 +136,7 @@ def main(argv=None):
               "shape": args.shape, "reps": args.reps, "cpu_model": cpu_model(), "nproc": os.cpu_count(),
               "versions": versions(("tensorflow", "keras")), "rows": rows,
               "started": started, "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    tmp = args.out + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(result, f, indent=1)
-    os.replace(tmp, args.out)
-    print(f"wrote {args.out}")
+    write_json(args.out, result)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 from importlib import metadata
 from typing import Dict, Optional, Sequence
 
@@ -27,3 +29,13 @@ def versions(dists: Sequence[str]) -> Dict[str, Optional[str]]:
         except metadata.PackageNotFoundError:
             out[dist] = None
     return out
+
+
+def write_json(path: str, obj) -> None:
+    """Writes ``obj`` to ``path`` atomically (a temporary file, then a rename) and says so."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(tmp, path)
+    print(f"wrote {path}")

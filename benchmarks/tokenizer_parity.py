@@ -24,6 +24,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
+sys.path.insert(0, HERE)
+from bench_util import versions, write_json  # noqa: E402
 
 
 def real_texts(shared: str, race_articles: int):
@@ -89,7 +91,7 @@ def main(argv=None):
         examples.append({"source": src, "in_graph": ours[max(0, i - 2):i + 3], "python": theirs[max(0, i - 2):i + 3]})
     result = {"strings": len(sample), "differ": len(diffs), "by_source": by_source,
               "sentencepiece": sentencepiece.__version__, "tensorflow": tf.__version__,
-              "tensorflow_text": _version("tensorflow-text"), "seconds": round(time.time() - t0, 1),
+              "tensorflow_text": versions(("tensorflow-text",))["tensorflow-text"], "seconds": round(time.time() - t0, 1),
               "examples": examples}
     print(f"{'source':<16}{'strings':>9}{'differ':>8}")
     for src, (n, d) in by_source.items():
@@ -98,21 +100,7 @@ def main(argv=None):
           f"tensorflow-text {result['tensorflow_text']}, {result['seconds']} s)")
     for e in examples:
         print(f"  {e['source']}: in-graph {e['in_graph']} vs python {e['python']}")
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    tmp = args.out + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(result, f, indent=1)
-    os.replace(tmp, args.out)
-    print(f"wrote {args.out}")
-
-
-def _version(dist):
-    from importlib import metadata
-
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
+    write_json(args.out, result)
 
 
 if __name__ == "__main__":
