@@ -80,13 +80,15 @@ the peak; both are properties of this implementation, not of XLNet):
 * ``cpu=True``: XLA:CPU has no native 16-bit matmul; it round-trips bf16/fp16 values through float32, so
   activations are as large as in float32 (mixed precision saves no memory on CPU, and is slower there).
 
-Calibration (benchmarks/memory_levers.py; results/memory_levers.md): XLNet-Base, seq 512, batch 2, the
-trainer's XLA step on CPU, against TensorFlow's allocator peak: float32, recompute, bf16, frozen layers,
-accumulation and all levers together within -3.6%..+2.7% of the total (step peak alone -8.4%..+4.7%);
-mixed_float16 -9.2% (its loss scaling allocates ~a gradient set outside the compiled step; not modelled).
-TF graph mode (``jit=False``) is modelled from the ops but was not calibrated. The estimate counts tensors
-only: the process RSS also holds TensorFlow itself (~575 MiB after import on CPU), the XLA executable,
-compiler leftovers and allocator pools (measured: ~1.1 GB more than the allocator peak for Base).
+Calibration (benchmarks/memory_levers.py; results/memory_levers_s6.md, re-measured in session 6): XLNet-Base,
+seq 512, batch 2, the trainer's whole-step XLA on CPU, against TensorFlow's allocator peak: float32, recompute,
+bf16, frozen layers and accumulation within -5.4%..+1.1% of the total; all levers together -13.1% and
+mixed_float16 -10.5% (its loss scaling allocates ~a gradient set outside the compiled step; not modelled).
+TF graph mode (``jit=False``, the CPU default ``--jit=update``) is modelled from the ops but not calibrated: at
+Base seq 512 it measured +18% (float32) and -16% (recompute) off. The estimate counts tensors only: the process
+RSS also holds TensorFlow itself (~575 MiB after import on CPU), the XLA executable, compiler leftovers and
+allocator pools (measured in session 6: 2.4-4.3 GB more than the allocator peak for Base with whole-step XLA,
+~1.0-1.3 GB in graph mode).
 """
 
 from __future__ import annotations
