@@ -156,8 +156,8 @@ def align_preprocessed(text: str, tokenizer: XLNetTokenizer) -> Tuple[str, np.nd
 
 class _OffsetEncoder:
     """SentencePiece pieces/ids with CHARACTER offsets into the encoded string, from the first output type the
-    installed sentencepiece offers: ``"offset_mapping"`` (0.2.3), ``"immutable_proto"`` (0.2.0-0.2.2) or
-    ``"proto"`` (a message in 0.2.3, serialized bytes before). Whether a proto's begin/end count characters
+    installed sentencepiece offers: ``"offset_mapping"`` (e.g. 0.2.3), ``"immutable_proto"`` (e.g. 0.2.0/0.2.1)
+    or ``"proto"`` (a message in 0.2.3, serialized bytes in 0.2.1). Whether a proto's begin/end count characters
     (0.2.0/0.2.1's Python wrapper) or UTF-8 bytes is probed once on a non-ASCII string."""
 
     _PROBE = "\u00e9\u00e9 \u00e9"  # "ee e" with accents: 4 characters, 7 bytes
