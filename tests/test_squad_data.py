@@ -7,6 +7,7 @@ v1.1 oracle EM 99.79 / F1 99.84, v2.0 EM 99.98 / F1 99.998; here 3 articles of e
 import json
 import os
 import unicodedata
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -155,7 +156,7 @@ def test_offset_units_are_probed(tok):
         def __init__(self, text):
             pieces, ids, spans = ref(text)
             to_byte = lambda c: len(text[:c].encode("utf-8"))  # noqa: E731
-            self.pieces = [type("P", (), dict(piece=p, id=i, begin=to_byte(b), end=to_byte(e)))
+            self.pieces = [SimpleNamespace(piece=p, id=i, begin=to_byte(b), end=to_byte(e))
                            for p, i, (b, e) in zip(pieces, ids, spans)]
 
     class ByteSp:
