@@ -168,7 +168,7 @@ class _OffsetEncoder:
         self.mode = self.bytes = None
         for mode in modes:
             try:
-                end = self._spans(sp.encode(self._PROBE, out_type=mode), mode)[-1][1]
+                end = self._decode(sp.encode(self._PROBE, out_type=mode), mode)[2][-1][1]
             except (ValueError, TypeError, RuntimeError, ImportError, AttributeError):
                 continue
             if end not in (len(self._PROBE), len(self._PROBE.encode("utf-8"))):
@@ -180,18 +180,15 @@ class _OffsetEncoder:
             raise RuntimeError("this sentencepiece version reports no piece offsets; install sentencepiece>=0.2")
 
     @staticmethod
-    def _spans(encoded, mode):
+    def _decode(encoded, mode):
+        """(pieces, ids, [(begin, end)]) of one ``encode`` result, in the unit the output type reports."""
         if mode == "offset_mapping":
-            return [tuple(o) for o in encoded["offsets"]]
-        return [(p.begin, p.end) for p in encoded.pieces]
+            return list(encoded["pieces"]), list(encoded["ids"]), [tuple(o) for o in encoded["offsets"]]
+        return ([p.piece for p in encoded.pieces], [p.id for p in encoded.pieces],
+                [(p.begin, p.end) for p in encoded.pieces])
 
     def __call__(self, text: str) -> Tuple[List[str], List[int], List[Tuple[int, int]]]:
-        r = self.sp.encode(text, out_type=self.mode)
-        if self.mode == "offset_mapping":
-            pieces, ids = list(r["pieces"]), list(r["ids"])
-        else:
-            pieces, ids = [p.piece for p in r.pieces], [p.id for p in r.pieces]
-        spans = self._spans(r, self.mode)
+        pieces, ids, spans = self._decode(self.sp.encode(text, out_type=self.mode), self.mode)
         if not self.bytes or text.isascii():
             return pieces, ids, spans
         b2c = np.repeat(np.arange(len(text) + 1), [len(c.encode("utf-8")) for c in text] + [1])
