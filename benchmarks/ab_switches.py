@@ -97,16 +97,16 @@ def main(argv=None):
             # every gradient is an output, so none of the backward is pruned
             return tf.stack([tf.reduce_sum(tf.square(tf.convert_to_tensor(g))) for g in grads])
 
-        saved = {name: getattr(module_of(name), name) for name, _ in settings}
+        saved = {name: (module_of(name), getattr(module_of(name), name)) for name, _ in settings}
         try:
             for name, value in settings:
-                setattr(module_of(name), name, type(saved[name])(int(value) if isinstance(saved[name], (bool, int))
-                                                                 else value))
+                module, old = saved[name]
+                setattr(module, name, type(old)(int(value) if isinstance(old, (bool, int)) else value))
             model.dropout_seed.assign([0, 0])
             out = step().numpy()  # traced (and warmed) with the settings in place
         finally:
-            for name, value in saved.items():
-                setattr(module_of(name), name, value)
+            for name, (module, old) in saved.items():
+                setattr(module, name, old)
         return step, out
 
     fns, outs = {}, {}
