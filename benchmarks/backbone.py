@@ -8,8 +8,9 @@ GELU), random weights and the same inputs (token ids, two segments, an all-ones 
 * training: one forward + backward + Adam step on every weight the forward uses, loss = mean(sequence_output²),
   dropout 0.1 on both sides (``--train-dropout``).
 
-Implementations: ``tf`` ours in a ``tf.function`` (oneDNN kernels); ``tf_xla`` the same with
-``jit_compile=True``; ``tf_xopt`` (training only) forward + backward in a ``tf.function`` and the Adam update
+Implementations: ``tf`` ours in a ``tf.function`` (oneDNN kernels; at inference the fused attention kernel of
+``xlnet_tf/kernels`` when it is built, recorded per worker as ``fused_attention``); ``tf_xla`` the same with
+``jit_compile=True`` (XLA cannot compile the custom op, so no fused kernel); ``tf_xopt`` (training only) forward + backward in a ``tf.function`` and the Adam update
 in a separate XLA-compiled function; ``torch`` HF PyTorch eager with 2 threads; ``torch1`` the same with
 1 thread (on a loaded machine two OpenMP threads can be much slower than one; the goals are checked against
 the faster of the two); ``mg`` TensorFlow Model Garden's ``official.nlp.modeling.networks.XLNetBase`` (TF2 /
@@ -314,6 +315,10 @@ def worker(spec_json: str) -> None:
         from tensorflow.python.util import _pywrap_util_port
 
         info["onednn"] = bool(_pywrap_util_port.IsMklEnabled())
+    if spec["impl"].startswith("tf"):  # ours: whether the fused attention kernel was available (used: tf, tf_xopt)
+        from xlnet_tf import kernels, layers
+
+        info["fused_attention"] = kernels.status() if layers.FUSED_ATTENTION else "off (XLNET_TF_FUSED_ATTENTION)"
     if spec["impl"] in MG_IMPLS:  # its own venv: record what it ran on
         info["versions"] = versions(("tensorflow", "tf-keras", "tf-models-official"))
         info["python"] = sys.executable

@@ -15,11 +15,11 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 from transformers.models.xlnet import modeling_xlnet as hf_xlnet  # noqa: E402
 
-from xlnet_tf import XLNetConfig, XLNetModel, layers  # noqa: E402
+from xlnet_tf import XLNetConfig, XLNetModel, kernels, layers  # noqa: E402
 from xlnet_tf.checkpoint import CheckpointError, write_tf_checkpoint  # noqa: E402
 
 TOL = 1e-5
-L, D, NH, DH, DI, V = 3, 32, 4, 8, 64, 120
+L, D, NH, DH, DI, V = 3, 64, 4, 16, 128, 120  # d_head 16: the fused kernel's vector width divides it
 
 
 def original_tensors(rng, n_layer=L, untie_r=True, std=0.25):
@@ -58,12 +58,17 @@ def original_ckpt(tmp_path_factory):
     return d
 
 
-@pytest.fixture(params=[0, 3], ids=["whole", "chunked"])
+@pytest.fixture(params=[(0, False), (3, False), (0, True)], ids=["whole", "chunked", "fused"])
 def attn_chunk(request, monkeypatch):
-    """Each numerical test runs with attention in one piece and in query chunks of ~3 rows (``query_chunks``:
-    sequences of 6+ rows are split, e.g. 10 rows -> 3 + 3 + 4), which must give the same numbers."""
-    monkeypatch.setattr(layers, "ATTN_CHUNK", request.param)
-    return request.param
+    """Each numerical test runs with attention in one piece, in query chunks of ~3 rows (``query_chunks``:
+    sequences of 6+ rows are split, e.g. 10 rows -> 3 + 3 + 4), and through the compiled kernel
+    (``layers.FUSED_ATTENTION``; inference without the query stream), which must all give the same numbers."""
+    chunk, fused = request.param
+    if fused and kernels.load() is None:
+        pytest.skip(f"fused attention kernel: {kernels.status()}")
+    monkeypatch.setattr(layers, "ATTN_CHUNK", chunk)
+    monkeypatch.setattr(layers, "FUSED_ATTENTION", fused)
+    return chunk
 
 
 def hf_model(ckpt_dir, **run):
@@ -239,8 +244,8 @@ def test_hf_formats_and_own_format_round_trip(original_ckpt, tmp_path):
 
 
 def test_mismatched_checkpoint_errors(original_ckpt, tmp_path):
-    with pytest.raises(CheckpointError, match=r"layer_0/rel_attn/q/kernel: expected shape \[48, 4, 8\], "
-                                              r"found \[32, 4, 8\]"):
+    with pytest.raises(CheckpointError, match=rf"layer_0/rel_attn/q/kernel: expected shape \[48, {NH}, {DH}\], "
+                                              rf"found \[{D}, {NH}, {DH}\]"):
         XLNetModel.from_pretrained(str(original_ckpt), d_model=48)
     # a checkpoint lacking one weight names it
     t = original_tensors(np.random.default_rng(0))

@@ -7,6 +7,7 @@ so a recomputed block (``recompute``) replays identical masks and a resumed run 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from typing import Dict, NamedTuple, Optional
@@ -31,6 +32,48 @@ XLA_FUSIONS = os.environ.get("XLNET_TF_XLA_FUSIONS", "1").lower() not in ("0", "
 
 def _xla(fn):
     return tf.function(fn, jit_compile=True, reduce_retracing=True)
+
+
+# The fused attention kernel (``xlnet_tf/kernels``, built per machine by ``python -m xlnet_tf.kernels build``):
+# at inference, float32, without the query stream or bi_data, a block's whole attention core -- the biased
+# queries, AC, BD with the relative shift, EF, the mask, the softmax and P.V -- is one op that keeps each tile's
+# scores in cache and reads/writes the heads in their [b, len, n, h] layout (no head transposes). Same
+# formulas, different summation order (outputs within ~2e-6 of the graph at Base size). It is skipped inside
+# XLA-compiled functions (XLA cannot compile a custom op) and while tracing for a SavedModel
+# (``portable_graph``), so exported models need nothing beyond TensorFlow and tensorflow-text.
+# XLNET_TF_FUSED_ATTENTION=0 turns it off. Measurements: BUILD.md "Backbone speed".
+FUSED_ATTENTION = os.environ.get("XLNET_TF_FUSED_ATTENTION", "1").lower() not in ("0", "false", "no", "off")
+_portable = False
+
+
+@contextlib.contextmanager
+def portable_graph():
+    """Functions traced inside use TensorFlow's own ops only (no compiled kernel): for SavedModels."""
+    global _portable
+    old, _portable = _portable, True
+    try:
+        yield
+    finally:
+        _portable = old
+
+
+def _in_xla_context() -> bool:
+    try:
+        from tensorflow.python.ops import control_flow_util
+    except ImportError:  # cannot tell: stay on TensorFlow ops
+        return True
+    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
+def fused_attention_op(d_head: int, dtype):
+    """The compiled relative-attention op when this trace may use it, else None."""
+    if not FUSED_ATTENTION or _portable or tf.as_dtype(dtype) != tf.float32:
+        return None
+    from xlnet_tf import kernels
+
+    if d_head % kernels.D_HEAD_MULTIPLE or _in_xla_context():
+        return None
+    return kernels.load()
 
 
 def gelu_tanh(x):
@@ -550,17 +593,40 @@ class XLNetBlock(keras.layers.Layer):
         """x [b, s, d_model] @ kernel [d_model, n, h] -> [b, n, s, h]."""
         return self._split_heads(self._matmul_2d(x, self._kernel_2d(kernel)))
 
-    def _positional_heads(self, pos_emb, dtype):
-        """Projected positional encodings [pb, n, r, h] from a [pb, r, d] tensor or a ``PositionalBasis``."""
+    def _positional_rows(self, pos_emb, dtype):
+        """Projected positional encodings [pb, r, n*h] from a [pb, r, d] tensor or a ``PositionalBasis``."""
         if not isinstance(pos_emb, PositionalBasis):
-            return self._heads(tf.cast(pos_emb, dtype), self.r)
+            return self._matmul_2d(tf.cast(pos_emb, dtype), self._kernel_2d(self.r))
         w = self._kernel_2d(self.r)
         half = self.config.d_model // 2
         w_sin = tf.slice(w, [0, 0], [half, -1])
         w_cos = tf.slice(w, [half, 0], [half, -1])
         from_sin = tf.gather(tf.matmul(tf.cast(pos_emb.sin, dtype), w_sin), pos_emb.index)  # [pb, r, n*h]
         from_cos = tf.gather(tf.matmul(tf.cast(pos_emb.cos, dtype), w_cos), pos_emb.index)
-        return self._split_heads(from_cos + from_sin * tf.expand_dims(tf.cast(pos_emb.sign, dtype), -1))
+        return from_cos + from_sin * tf.expand_dims(tf.cast(pos_emb.sign, dtype), -1)
+
+    def _positional_heads(self, pos_emb, dtype):
+        """Projected positional encodings [pb, n, r, h]."""
+        return self._split_heads(self._positional_rows(pos_emb, dtype))
+
+    def _unsplit_heads(self, x, kernel):
+        """x [b, s, d_model] @ kernel -> [b, s, n, h] (the heads in place, no transpose)."""
+        c = self.config
+        y = self._matmul_2d(x, self._kernel_2d(kernel))
+        return tf.reshape(y, tf.concat([tf.shape(x)[:-1], [c.n_head, c.d_head]], axis=0))
+
+    def _fused_content_attention(self, op, h, cat, pos_emb, ef_diff, blocked):
+        """The content stream's attention through the compiled kernel: [b, q, n*h] (see ``FUSED_ATTENTION``)."""
+        c = self.config
+        none = tf.zeros([0, 0, 0], tf.bool)
+        kr = self._positional_rows(pos_emb, h.dtype)
+        vec = op.xlnet_rel_attention(
+            self._unsplit_heads(h, self.q), self._unsplit_heads(cat, self.k), self._unsplit_heads(cat, self.v),
+            tf.reshape(kr, tf.concat([tf.shape(kr)[1:2], [c.n_head, c.d_head]], axis=0)),
+            self._w(self.r_w_bias), self._w(self.r_r_bias), self._w(self.r_s_bias), self._w(self.seg_embed),
+            none if ef_diff is None else ef_diff, none if blocked is None else blocked, scale=self.scale)
+        shape = tf.shape(vec)
+        return tf.reshape(vec, tf.stack([shape[0], shape[1], c.n_head * c.d_head]))
 
     def _attend(self, q_head, k_head, v_head, kr, ef_diff, blocked, seed, salt):
         """Relative attention for queries q_head [b, n, q, h] over keys/values [b, n, k, h]: [b, n, q, h].
@@ -618,11 +684,13 @@ class XLNetBlock(keras.layers.Layer):
         return tf.matmul(prob, v_head)  # [b, n, q, h]
 
     def _post_attention(self, x, attn_vec, seed, salt):
-        """attn_vec [b, n, q, h] -> output projection, dropout, residual, LayerNorm: [b, q, d]."""
+        """attn_vec [b, n, q, h] (or [b, q, n*h]) -> output projection, dropout, residual, LayerNorm: [b, q, d]."""
         c = self.config
-        vec = tf.transpose(attn_vec, [0, 2, 1, 3])
-        shape = tf.shape(vec)
-        vec = tf.reshape(vec, tf.stack([shape[0], shape[1], c.n_head * c.d_head]))
+        vec = attn_vec
+        if len(attn_vec.shape) == 4:
+            vec = tf.transpose(attn_vec, [0, 2, 1, 3])
+            shape = tf.shape(vec)
+            vec = tf.reshape(vec, tf.stack([shape[0], shape[1], c.n_head * c.d_head]))
         out = self._matmul_2d(vec, self._kernel_2d(self.o), transpose_b=True)
         return dropout_add_layer_norm(out, x, self.attn_ln_gamma, self.attn_ln_beta, c.layer_norm_eps,
                                       c.dropout, seed, salt)
@@ -647,6 +715,11 @@ class XLNetBlock(keras.layers.Layer):
         *_blocked: bool [b|1, q, klen] or None; target_mapping: [b, m, q] or None (query stream rows -> positions).
         """
         cat = h if mem is None else tf.concat([tf.cast(mem, h.dtype), h], axis=1)
+        c = self.config
+        op = None if seed is not None or g is not None or c.bi_data else fused_attention_op(c.d_head, h.dtype)
+        if op is not None:
+            vec_h = self._fused_content_attention(op, h, cat, pos_emb, ef_diff, content_blocked)
+            return self._ffn(self._post_attention(h, vec_h, seed, 2), seed, 3), None
         k_head = self._heads(cat, self.k)  # [b, n, k, h]
         v_head = self._heads(cat, self.v)
         kr = self._positional_heads(pos_emb, h.dtype)  # [pb, n, r, h]
