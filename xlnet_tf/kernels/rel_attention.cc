@@ -170,6 +170,7 @@ inline void pv_tile(const float* p, int ldp, const float* v, int ldv, int kl, co
   vf acc[R][G];
   for (int r = 0; r < R; ++r)
     for (int g = 0; g < G; ++g) acc[r][g] = vf{};
+#pragma GCC unroll 4
   for (int j = 0; j < kl; ++j) {
     vf vv[G];
     for (int g = 0; g < G; ++g) vv[g] = load(v + j * ldv + g * VL);
