@@ -78,8 +78,13 @@ def small_model(**run):
     return XLNetModel(cfg, seed=3)
 
 
+def graph_op_types(graph_def):
+    """Op types of a GraphDef, including its function library (tf.cond branches, nested functions)."""
+    return {n.op for n in graph_def.node} | {n.op for f in graph_def.library.function for n in f.node_def}
+
+
 def op_types(fn, *args):
-    return {op.type for op in fn.get_concrete_function(*args).graph.get_operations()}
+    return graph_op_types(fn.get_concrete_function(*args).graph.as_graph_def())
 
 
 @needs_kernel
@@ -144,3 +149,32 @@ def test_stamp_is_checked(tmp_path, monkeypatch):
     monkeypatch.setattr(kernels, "_loaded", None)
     assert kernels.status().startswith("stale build (differs in tensorflow)") and kernels.load() is None
     assert "python -m xlnet_tf.kernels build" in kernels.status()
+
+
+@needs_kernel
+def test_saved_models_never_contain_the_kernel(tmp_path, monkeypatch):
+    """``export.save_atomically`` traces under ``portable_graph``: a SavedModel loads where the op library is
+    absent (TF Serving, a process that never built it), even when the same model uses the kernel in Python."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    from xlnet_tf.export import save_atomically
+
+    monkeypatch.setattr(layers, "FUSED_ATTENTION", True)
+    model = small_model()
+    ids = tf.constant(np.arange(24).reshape(2, 12) % 50, tf.int32)
+    eager_out = model(ids)["sequence_output"].numpy()  # uses the kernel
+    module = tf.Module()
+    module.model = model
+    module.serve = tf.function(lambda input_ids: {"h": model(input_ids)["sequence_output"]},
+                               input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    assert "XlnetRelAttention" in op_types(module.serve)
+    module.serve = tf.function(lambda input_ids: {"h": model(input_ids)["sequence_output"]},
+                               input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    save_atomically(module, str(tmp_path / "sm"), {"serving_default": module.serve})
+    sm = saved_model_pb2.SavedModel()
+    sm.ParseFromString((tmp_path / "sm" / "saved_model.pb").read_bytes())
+    types = graph_op_types(sm.meta_graphs[0].graph_def)
+    assert "XlnetRelAttention" not in types and "BatchMatMulV2" in types  # the graph's attention instead
+    loaded = tf.saved_model.load(str(tmp_path / "sm"))
+    np.testing.assert_allclose(loaded.signatures["serving_default"](input_ids=ids)["h"].numpy(), eager_out,
+                               atol=1e-5, rtol=0)

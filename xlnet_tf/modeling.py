@@ -25,15 +25,16 @@ class WrapsBackbone:
         return self.backbone.n_layer
 
 
-# Inference streams. On a CPU-only host an inference forward with batch >= 4 and at least STREAM_MIN_TOKENS
-# tokens per half batch runs as two independent half-batch forwards in one graph: the executor then overlaps
-# the two chains, so one half's poorly parallel ops (attention BatchMatMuls, transposes, the small XLA
-# clusters) run next to the other half's matmuls instead of leaving a core idle. Every example's computation
+# Inference streams. On a CPU-only host an inference forward with batch >= STREAM_MIN_BATCH and at least
+# STREAM_MIN_TOKENS tokens per half batch runs as two independent half-batch forwards in one graph: the executor
+# then overlaps the two chains, so one half's poorly parallel ops (attention BatchMatMuls, transposes, the small
+# XLA clusters) run next to the other half's matmuls instead of leaving a core idle. Every example's computation
 # is unchanged (outputs equal up to oneDNN's blocking of the smaller matmuls); training is never split (dropout
 # masks and weight gradients stay as they are). Measured on the 2-core CI machine: BUILD.md "Backbone speed".
 # ``model.inference_streams = False`` turns it off; the default is on when no GPU/TPU is visible and
 # TensorFlow may use at least two threads.
 STREAM_MIN_TOKENS = 256
+STREAM_MIN_BATCH = 4
 
 
 def _cpu_streams_default() -> bool:
@@ -45,7 +46,7 @@ def _cpu_streams_default() -> bool:
 
 def _use_streams(batch, qlen):
     """Whether an inference forward of [batch, qlen] runs as two streams (Python bool or bool tensor)."""
-    rule = (batch >= 4, (batch // 2) * qlen >= STREAM_MIN_TOKENS)
+    rule = (batch >= STREAM_MIN_BATCH, (batch // 2) * qlen >= STREAM_MIN_TOKENS)
     return all(rule) if isinstance(batch, int) and isinstance(qlen, int) else tf.logical_and(*rule)
 
 

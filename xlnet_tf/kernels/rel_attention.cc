@@ -39,19 +39,17 @@ using tensorflow::errors::InvalidArgument;
 // VL: floats per vector; score tiles are GEMM_ROWS x SC vectors of accumulators, output tiles PV_ROWS x PV_VECS.
 #if defined(__AVX512F__)
 #define XLNET_VL 16
-#define XLNET_GEMM_ROWS 6
 #define XLNET_SC 4
 #define XLNET_PV_ROWS 6
 #define XLNET_PV_VECS 4
 #else
 #define XLNET_VL 8
-#define XLNET_GEMM_ROWS 6
 #define XLNET_SC 2
 #define XLNET_PV_ROWS 4
 #define XLNET_PV_VECS 2
 #endif
 constexpr int VL = XLNET_VL;
-constexpr int GEMM_ROWS = XLNET_GEMM_ROWS;
+constexpr int GEMM_ROWS = 6;
 constexpr int SC = XLNET_SC;
 constexpr int PV_ROWS = XLNET_PV_ROWS;
 constexpr int PV_VECS = XLNET_PV_VECS;
@@ -79,9 +77,22 @@ inline vi load_bool(const bool* p) {
   return w != 0;
 }
 inline float hsum(vf v) {
+#if defined(__AVX512F__)
+  return _mm512_reduce_add_ps(v);
+#else
   float t = 0.0f;
   for (int l = 0; l < VL; ++l) t += v[l];
   return t;
+#endif
+}
+inline float hmax(vf v) {
+#if defined(__AVX512F__)
+  return _mm512_reduce_max_ps(v);
+#else
+  float t = v[0];
+  for (int l = 1; l < VL; ++l) t = std::max(t, v[l]);
+  return t;
+#endif
 }
 // A 64-byte aligned float buffer (vector loads of a whole cache line).
 class Buffer {
@@ -123,43 +134,47 @@ inline vf vexp(vf x) {
   return y * pow2 * under;
 }
 
-// C[R x SC VL] = A[R x kd] (row stride lda) * B[kd x SC VL] (row stride ldb).
-template <int R>
+// C[R x C VL] = A[R x kd] (row stride lda) * B[kd x C VL] (row stride ldb).
+template <int R, int C>
 inline void score_tile(const float* a, int lda, const float* b, int ldb, float* c, int ldc, int kd) {
-  vf acc[R][SC];
+  vf acc[R][C];
   for (int r = 0; r < R; ++r)
-    for (int g = 0; g < SC; ++g) acc[r][g] = vf{};
+    for (int g = 0; g < C; ++g) acc[r][g] = vf{};
   for (int d = 0; d < kd; ++d) {
-    vf bb[SC];
-    for (int g = 0; g < SC; ++g) bb[g] = load(b + d * ldb + g * VL);
+    vf bb[C];
+    for (int g = 0; g < C; ++g) bb[g] = load(b + d * ldb + g * VL);
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const vf x = bcast(a[r * lda + d]);
-      for (int g = 0; g < SC; ++g) acc[r][g] += x * bb[g];
+      for (int g = 0; g < C; ++g) acc[r][g] += x * bb[g];
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int g = 0; g < SC; ++g) store(c + r * ldc + g * VL, acc[r][g]);
+    for (int g = 0; g < C; ++g) store(c + r * ldc + g * VL, acc[r][g]);
 }
 
-// C[m x n] = A[m x kd] * B[kd x n]; n a multiple of SC VL (B and C padded).
-void score_gemm(const float* a, int lda, const float* b, int ldb, float* c, int ldc, int m, int n, int kd) {
-  // Column panels outer: a panel of B (kd x SC VL) stays in L1 while every row tile uses it.
-  for (int j = 0; j < n; j += SC * VL) {
-    for (int i = 0; i < m; i += GEMM_ROWS) {
-      const int rows = std::min(GEMM_ROWS, m - i);
-      const float* ai = a + i * lda;
-      const float* bj = b + j;
-      float* cij = c + i * ldc + j;
-      switch (rows) {
-#define XLNET_TILE(R) case R: score_tile<R>(ai, lda, bj, ldb, cij, ldc, kd); break;
-        XLNET_TILE(1) XLNET_TILE(2) XLNET_TILE(3) XLNET_TILE(4) XLNET_TILE(5) XLNET_TILE(6)
-#if XLNET_GEMM_ROWS > 6
-        XLNET_TILE(7) XLNET_TILE(8)
-#endif
+// One column panel of C VL columns, every row tile (the panel of B stays in L1 meanwhile).
+template <int C>
+void score_panel(const float* a, int lda, const float* b, int ldb, float* c, int ldc, int m, int kd) {
+  for (int i = 0; i < m; i += GEMM_ROWS) {
+    const float* ai = a + i * lda;
+    float* ci = c + i * ldc;
+    switch (std::min(GEMM_ROWS, m - i)) {
+#define XLNET_TILE(R) case R: score_tile<R, C>(ai, lda, b, ldb, ci, ldc, kd); break;
+      XLNET_TILE(1) XLNET_TILE(2) XLNET_TILE(3) XLNET_TILE(4) XLNET_TILE(5) XLNET_TILE(6)
 #undef XLNET_TILE
-      }
     }
+  }
+}
+
+// C[m x n] = A[m x kd] * B[kd x n]; n a multiple of VL.
+void score_gemm(const float* a, int lda, const float* b, int ldb, float* c, int ldc, int m, int n, int kd) {
+  int j = 0;
+  for (; j + SC * VL <= n; j += SC * VL) score_panel<SC>(a, lda, b + j, ldb, c + j, ldc, m, kd);
+  switch ((n - j) / VL) {  // the last, narrower panel
+    case 1: score_panel<1>(a, lda, b + j, ldb, c + j, ldc, m, kd); break;
+    case 2: score_panel<2>(a, lda, b + j, ldb, c + j, ldc, m, kd); break;
+    case 3: score_panel<3>(a, lda, b + j, ldb, c + j, ldc, m, kd); break;
   }
 }
 
@@ -209,6 +224,46 @@ void pv_gemm(const float* p, int ldp, const float* v, int ldv, int kl, const flo
   for (; col < h; col += VL) pv_rows<1>(p, ldp, v + col, ldv, kl, scale, out + col, ldo, m);
 }
 
+// dst[d * ldd + j] = src[j * lds + d] for j < rows, d < cols (cols a multiple of VL).
+void transpose_rows(const float* src, int lds, int rows, int cols, float* dst, int ldd) {
+  int j = 0;
+#if defined(__AVX512F__)
+  // 16 x 16 blocks in registers: 16 row loads, four rounds of shuffles, 16 column stores.
+  for (; j + 16 <= rows; j += 16) {
+    for (int d = 0; d < cols; d += 16) {
+      __m512 r[16], t[16];
+      for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + static_cast<int64_t>(j + i) * lds + d);
+      for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+      }
+      for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+      }
+      for (int i = 0; i < 4; ++i) {
+        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
+        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
+      }
+      for (int i = 0; i < 4; ++i) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+        r[i + 4] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0x88);
+        r[i + 12] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0xdd);
+      }
+      // r[i] now holds column d + i of rows j .. j + 15.
+      for (int i = 0; i < 16; ++i) _mm512_storeu_ps(dst + static_cast<int64_t>(d + i) * ldd + j, r[i]);
+    }
+  }
+#endif
+  for (int d = 0; d < cols; ++d)
+    for (int t = j; t < rows; ++t) dst[static_cast<int64_t>(d) * ldd + t] = src[static_cast<int64_t>(t) * lds + d];
+}
+
 // One score row: row[j] += bd[j] (+ the segment term: es, or eo where diff[j]), MASK_VALUE where blocked[j];
 // then row[j] = exp(row[j] - max). Returns 1 / sum. diff and blocked may be null.
 float softmax_row(float* __restrict row, const float* __restrict bd, int kl, const bool* __restrict diff,
@@ -223,8 +278,7 @@ float softmax_row(float* __restrict row, const float* __restrict bd, int kl, con
     store(row + j, x);
     vmax = x > vmax ? x : vmax;
   }
-  float mx = -3.4e38f;
-  for (int l = 0; l < VL; ++l) mx = std::max(mx, vmax[l]);
+  float mx = hmax(vmax);
   for (int t = j; t < kl; ++t) {
     float x = row[t] + bd[t];
     if (diff) x += diff[t] ? eo : es;
@@ -239,8 +293,7 @@ float softmax_row(float* __restrict row, const float* __restrict bd, int kl, con
     store(row + j, e);
     vsum += e;
   }
-  float sum = 0.0f;
-  for (int l = 0; l < VL; ++l) sum += vsum[l];
+  float sum = hsum(vsum);
   if (j < kl) {
     vf tail = bcast(-100.0f);  // exp -> 0
     for (int l = 0; j + l < kl; ++l) tail[l] = row[j + l] - mx;
@@ -308,10 +361,10 @@ class RelAttentionOp : public OpKernel {
     const float s = scale_;
 
     // Widths: scores padded to whole vector pairs; the positional table spans every column a tile reads.
-    const int kpad = round_up(kl, SC * VL);
+    const int kpad = round_up(kl, VL);
     // A tile's positional scores start at an aligned column pa <= p0 (p0 - pa < VL) and span wpad columns.
-    const int wpad = round_up(kl + TILE - 1 + VL, SC * VL);
-    const int rpad = round_up(ql + wpad, SC * VL);  // every column a tile reads: pa + wpad <= qlen + wpad
+    const int wpad = round_up(kl + TILE - 1 + VL, VL);
+    const int rpad = round_up(ql + wpad, VL);  // every column a tile reads: pa + wpad <= qlen + wpad
     // Row strides one vector longer than the widths: rows a power-of-two apart would share L1 sets.
     const int kld = kpad + VL, wld = wpad + VL, rld = rpad + VL;
 
@@ -332,9 +385,7 @@ class RelAttentionOp : public OpKernel {
       for (int64_t task = start; task < end; ++task) {
         const int bi = task / n, hi = task % n;
         // K^T of this head (the padding columns stay zero).
-        const float* kh = kp + static_cast<int64_t>(bi) * kl * nh + hi * h;
-        for (int d = 0; d < h; ++d)
-          for (int j = 0; j < kl; ++j) kt[d * kld + j] = kh[static_cast<int64_t>(j) * nh + d];
+        transpose_rows(kp + static_cast<int64_t>(bi) * kl * nh + hi * h, nh, kl, h, kt.data(), kld);
         const float* krt = krt_all.data() + static_cast<size_t>(hi) * h * rld;
         const float* vh = vp + static_cast<int64_t>(bi) * kl * nh + hi * h;
         for (int i0 = 0; i0 < ql; i0 += TILE) {
@@ -361,7 +412,7 @@ class RelAttentionOp : public OpKernel {
           score_gemm(qw.data(), h, kt.data(), kld, sc.data(), kld, m, kpad, h);
           // Row i reads kr[qlen - i + j]; the tile's rows read columns p0 .. p0 + kl + m - 2.
           const int p0 = ql - i1 + 1, pa = p0 / VL * VL;
-          score_gemm(qr.data(), h, krt + pa, rld, bd.data(), wld, m, wpad, h);
+          score_gemm(qr.data(), h, krt + pa, rld, bd.data(), wld, m, round_up(p0 - pa + kl + m - 1, VL), h);
           for (int r = 0; r < m; ++r) {
             const int i = i0 + r;
             inv[r] = softmax_row(sc.data() + r * kld, bd.data() + r * wld + (p0 - pa) + (i1 - 1 - i), kl,
