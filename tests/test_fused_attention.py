@@ -28,6 +28,17 @@ def reference_attention(q, k, v, kr, rw, rr, rs, seg, diff, blocked, scale):
     return t(tf.matmul(prob, t(v)))
 
 
+def factored_positions(rng, rlen, n, h):
+    """Positional tables in the op's factored form and the [r, n, h] rows they stand for."""
+    n_rows = rlen // 2 + 2
+    sin = rng.normal(0, 1.0, (n_rows, n * h)).astype(np.float32)
+    cos = rng.normal(0, 1.0, (n_rows, n * h)).astype(np.float32)
+    index = rng.integers(0, n_rows, rlen).astype(np.int32)
+    sign = rng.choice([-1.0, 0.0, 1.0], rlen).astype(np.float32)
+    rows = (cos[index] + sign[:, None] * sin[index]).reshape(rlen, n, h)
+    return (tf.constant(sin), tf.constant(cos), tf.constant(index), tf.constant(sign)), tf.constant(rows)
+
+
 @needs_kernel
 @pytest.mark.parametrize("b,q,mlen,n,h,attn,same_length,seg,mask", [
     (2, 37, 0, 3, 16, "bi", False, True, True),     # rows not a multiple of the 32-row tile, keys of 16
@@ -42,7 +53,8 @@ def test_kernel_matches_graph_ops(b, q, mlen, n, h, attn, same_length, seg, mask
     klen = q + mlen
     rlen = klen + q if attn == "bi" else klen + 1
     f = lambda *shape: tf.constant(rng.normal(0, 1.0, shape).astype(np.float32))
-    qh, kh, vh, kr = f(b, q, n, h), f(b, klen, n, h), f(b, klen, n, h), f(rlen, n, h)
+    qh, kh, vh = f(b, q, n, h), f(b, klen, n, h), f(b, klen, n, h)
+    tables, kr = factored_positions(rng, rlen, n, h)
     rw, rr, rs, seg_embed = f(n, h), f(n, h), f(n, h), f(2, n, h)
     padding = np.ones((b, q), np.int32)
     padding[0, :3] = 0  # left padding in the first row
@@ -51,7 +63,7 @@ def test_kernel_matches_graph_ops(b, q, mlen, n, h, attn, same_length, seg, mask
     scale = 1.0 / np.sqrt(h)
     ref = reference_attention(qh, kh, vh, kr, rw, rr, rs, seg_embed, diff, blocked, scale).numpy()
     none = tf.zeros([0, 0, 0], tf.bool)
-    got = OP.xlnet_rel_attention(qh, kh, vh, kr, rw, rr, rs, seg_embed, none if diff is None else diff,
+    got = OP.xlnet_rel_attention(qh, kh, vh, *tables, rw, rr, rs, seg_embed, none if diff is None else diff,
                                  none if blocked is None else blocked, scale=scale).numpy()
     assert np.std(ref) > 0.3  # far from uniform attention
     np.testing.assert_allclose(got, ref, atol=1e-5, rtol=0)
@@ -61,15 +73,24 @@ def test_kernel_matches_graph_ops(b, q, mlen, n, h, attn, same_length, seg, mask
 def test_kernel_errors_name_the_shapes():
     z = lambda *s: tf.zeros(s, tf.float32)
     none = tf.zeros([0, 0, 0], tf.bool)
+
+    def call(q, k, nh=32, r=8, index=None, blocked=none):
+        h = q[-1]
+        pos = (z(5, nh), z(5, nh), tf.zeros([r], tf.int32) if index is None else tf.constant(index, tf.int32),
+               z(r))
+        return OP.xlnet_rel_attention(z(*q), z(*k), z(*k), *pos, z(2, h), z(2, h), z(2, h), z(2, 2, h), none,
+                                      blocked, scale=0.25)
+
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"shapes do not agree: q \[1,4,2,16\], k \[1,5,2,8\]"):
-        OP.xlnet_rel_attention(z(1, 4, 2, 16), z(1, 5, 2, 8), z(1, 5, 2, 8), z(9, 2, 16), z(2, 16), z(2, 16),
-                               z(2, 16), z(2, 2, 16), none, none, scale=0.25)
+        call((1, 4, 2, 16), (1, 5, 2, 8))
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"d_head must be a multiple of \d+, got 12"):
-        OP.xlnet_rel_attention(z(1, 4, 2, 12), z(1, 4, 2, 12), z(1, 4, 2, 12), z(8, 2, 12), z(2, 12), z(2, 12),
-                               z(2, 12), z(2, 2, 12), none, none, scale=0.25)
+        call((1, 4, 2, 12), (1, 4, 2, 12), nh=24)
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"blocked must be \[b\|1, q, k\], got \[2,4,3\]"):
-        OP.xlnet_rel_attention(z(2, 4, 2, 16), z(2, 4, 2, 16), z(2, 4, 2, 16), z(8, 2, 16), z(2, 16), z(2, 16),
-                               z(2, 16), z(2, 2, 16), none, tf.zeros([2, 4, 3], tf.bool), scale=0.25)
+        call((2, 4, 2, 16), (2, 4, 2, 16), blocked=tf.zeros([2, 4, 3], tf.bool))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"positional tables must be sin, cos \[R, 32\]"):
+        call((1, 4, 2, 16), (1, 4, 2, 16), nh=24)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"positional index\[2\] = 7 outside \[0, 5\)"):
+        call((1, 4, 2, 16), (1, 4, 2, 16), r=4, index=[0, 1, 7, 2])
 
 
 def small_model(**run):

@@ -593,16 +593,21 @@ class XLNetBlock(keras.layers.Layer):
         """x [b, s, d_model] @ kernel [d_model, n, h] -> [b, n, s, h]."""
         return self._split_heads(self._matmul_2d(x, self._kernel_2d(kernel)))
 
-    def _positional_rows(self, pos_emb, dtype):
-        """Projected positional encodings [pb, r, n*h] from a [pb, r, d] tensor or a ``PositionalBasis``."""
-        if not isinstance(pos_emb, PositionalBasis):
-            return self._matmul_2d(tf.cast(pos_emb, dtype), self._kernel_2d(self.r))
+    def _positional_tables(self, basis: PositionalBasis, dtype):
+        """The factored projections (sin |d|f) W_sin and (cos |d|f) W_cos, each [R, n*h]."""
         w = self._kernel_2d(self.r)
         half = self.config.d_model // 2
         w_sin = tf.slice(w, [0, 0], [half, -1])
         w_cos = tf.slice(w, [half, 0], [half, -1])
-        from_sin = tf.gather(tf.matmul(tf.cast(pos_emb.sin, dtype), w_sin), pos_emb.index)  # [pb, r, n*h]
-        from_cos = tf.gather(tf.matmul(tf.cast(pos_emb.cos, dtype), w_cos), pos_emb.index)
+        return tf.matmul(tf.cast(basis.sin, dtype), w_sin), tf.matmul(tf.cast(basis.cos, dtype), w_cos)
+
+    def _positional_rows(self, pos_emb, dtype):
+        """Projected positional encodings [pb, r, n*h] from a [pb, r, d] tensor or a ``PositionalBasis``."""
+        if not isinstance(pos_emb, PositionalBasis):
+            return self._matmul_2d(tf.cast(pos_emb, dtype), self._kernel_2d(self.r))
+        from_sin, from_cos = self._positional_tables(pos_emb, dtype)
+        from_sin = tf.gather(from_sin, pos_emb.index)  # [pb, r, n*h]
+        from_cos = tf.gather(from_cos, pos_emb.index)
         return from_cos + from_sin * tf.expand_dims(tf.cast(pos_emb.sign, dtype), -1)
 
     def _positional_heads(self, pos_emb, dtype):
@@ -615,14 +620,15 @@ class XLNetBlock(keras.layers.Layer):
         y = self._matmul_2d(x, self._kernel_2d(kernel))
         return tf.reshape(y, tf.concat([tf.shape(x)[:-1], [c.n_head, c.d_head]], axis=0))
 
-    def _fused_content_attention(self, op, h, cat, pos_emb, ef_diff, blocked):
-        """The content stream's attention through the compiled kernel: [b, q, n*h] (see ``FUSED_ATTENTION``)."""
+    def _fused_content_attention(self, op, h, cat, basis: PositionalBasis, ef_diff, blocked):
+        """The content stream's attention through the compiled kernel: [b, q, n*h] (see ``FUSED_ATTENTION``).
+        The op combines the factored positional tables itself (no gathered [r, n*h] tensor)."""
         c = self.config
         none = tf.zeros([0, 0, 0], tf.bool)
-        kr = self._positional_rows(pos_emb, h.dtype)
+        from_sin, from_cos = self._positional_tables(basis, h.dtype)
         vec = op.xlnet_rel_attention(
             self._unsplit_heads(h, self.q), self._unsplit_heads(cat, self.k), self._unsplit_heads(cat, self.v),
-            tf.reshape(kr, tf.concat([tf.shape(kr)[1:2], [c.n_head, c.d_head]], axis=0)),
+            from_sin, from_cos, basis.index[0], tf.cast(basis.sign[0], h.dtype),
             self._w(self.r_w_bias), self._w(self.r_r_bias), self._w(self.r_s_bias), self._w(self.seg_embed),
             none if ef_diff is None else ef_diff, none if blocked is None else blocked, scale=self.scale)
         shape = tf.shape(vec)
@@ -716,7 +722,8 @@ class XLNetBlock(keras.layers.Layer):
         """
         cat = h if mem is None else tf.concat([tf.cast(mem, h.dtype), h], axis=1)
         c = self.config
-        op = None if seed is not None or g is not None or c.bi_data else fused_attention_op(c.d_head, h.dtype)
+        fusable = seed is None and g is None and not c.bi_data and isinstance(pos_emb, PositionalBasis)
+        op = fused_attention_op(c.d_head, h.dtype) if fusable else None
         if op is not None:
             vec_h = self._fused_content_attention(op, h, cat, pos_emb, ef_diff, content_blocked)
             return self._ffn(self._post_attention(h, vec_h, seed, 2), seed, 3), None

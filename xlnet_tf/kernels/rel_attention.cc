@@ -36,23 +36,16 @@ using tensorflow::Tensor;
 using tensorflow::TensorShape;
 using tensorflow::errors::InvalidArgument;
 
-// VL: floats per vector; score tiles are GEMM_ROWS x SC vectors of accumulators, output tiles PV_ROWS x PV_VECS.
+// VL: floats per vector; GEMM tiles are TILE_ROWS x TILE_VECS vectors of accumulators (24 of AVX-512's 32
+// registers, 12 of AVX2's 16).
 #if defined(__AVX512F__)
-#define XLNET_VL 16
-#define XLNET_SC 4
-#define XLNET_PV_ROWS 6
-#define XLNET_PV_VECS 4
+constexpr int VL = 16;
+constexpr int TILE_VECS = 4;
 #else
-#define XLNET_VL 8
-#define XLNET_SC 2
-#define XLNET_PV_ROWS 4
-#define XLNET_PV_VECS 2
+constexpr int VL = 8;
+constexpr int TILE_VECS = 2;
 #endif
-constexpr int VL = XLNET_VL;
-constexpr int GEMM_ROWS = 6;
-constexpr int SC = XLNET_SC;
-constexpr int PV_ROWS = XLNET_PV_ROWS;
-constexpr int PV_VECS = XLNET_PV_VECS;
+constexpr int TILE_ROWS = 6;
 constexpr int TILE = 32;  // query rows per tile
 constexpr float MASK_VALUE = -1e30f;
 
@@ -134,94 +127,54 @@ inline vf vexp(vf x) {
   return y * pow2 * under;
 }
 
-// C[R x C VL] = A[R x kd] (row stride lda) * B[kd x C VL] (row stride ldb).
-template <int R, int C>
-inline void score_tile(const float* a, int lda, const float* b, int ldb, float* c, int ldc, int kd) {
-  vf acc[R][C];
+// The one GEMM micro-kernel (scores and P.V): C[R x G VL] = diag(scale) A[R x kd] B[kd x G VL], row strides
+// lda, ldb, ldc; scale may be null (no scaling).
+template <int R, int G>
+inline void gemm_tile(const float* a, int lda, const float* b, int ldb, float* c, int ldc, int kd,
+                      const float* scale) {
+  vf acc[R][G];
   for (int r = 0; r < R; ++r)
-    for (int g = 0; g < C; ++g) acc[r][g] = vf{};
+    for (int g = 0; g < G; ++g) acc[r][g] = vf{};
+#pragma GCC unroll 4
   for (int d = 0; d < kd; ++d) {
-    vf bb[C];
-    for (int g = 0; g < C; ++g) bb[g] = load(b + d * ldb + g * VL);
+    vf bb[G];
+    for (int g = 0; g < G; ++g) bb[g] = load(b + d * ldb + g * VL);
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const vf x = bcast(a[r * lda + d]);
-      for (int g = 0; g < C; ++g) acc[r][g] += x * bb[g];
+      for (int g = 0; g < G; ++g) acc[r][g] += x * bb[g];
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int g = 0; g < C; ++g) store(c + r * ldc + g * VL, acc[r][g]);
+    for (int g = 0; g < G; ++g) store(c + r * ldc + g * VL, scale ? acc[r][g] * scale[r] : acc[r][g]);
 }
 
-// One column panel of C VL columns, every row tile (the panel of B stays in L1 meanwhile).
-template <int C>
-void score_panel(const float* a, int lda, const float* b, int ldb, float* c, int ldc, int m, int kd) {
-  for (int i = 0; i < m; i += GEMM_ROWS) {
+// One column panel of G VL columns, every row tile (the panel of B stays in L1 meanwhile).
+template <int G>
+void gemm_panel(const float* a, int lda, const float* b, int ldb, float* c, int ldc, int m, int kd,
+                const float* scale) {
+  for (int i = 0; i < m; i += TILE_ROWS) {
     const float* ai = a + i * lda;
     float* ci = c + i * ldc;
-    switch (std::min(GEMM_ROWS, m - i)) {
-#define XLNET_TILE(R) case R: score_tile<R, C>(ai, lda, b, ldb, ci, ldc, kd); break;
+    const float* si = scale ? scale + i : nullptr;
+    switch (std::min(TILE_ROWS, m - i)) {
+#define XLNET_TILE(R) case R: gemm_tile<R, G>(ai, lda, b, ldb, ci, ldc, kd, si); break;
       XLNET_TILE(1) XLNET_TILE(2) XLNET_TILE(3) XLNET_TILE(4) XLNET_TILE(5) XLNET_TILE(6)
 #undef XLNET_TILE
     }
   }
 }
 
-// C[m x n] = A[m x kd] * B[kd x n]; n a multiple of VL.
-void score_gemm(const float* a, int lda, const float* b, int ldb, float* c, int ldc, int m, int n, int kd) {
+// C[m x n] = diag(scale) A[m x kd] B[kd x n]; n a multiple of VL; scale may be null.
+void gemm(const float* a, int lda, const float* b, int ldb, float* c, int ldc, int m, int n, int kd,
+          const float* scale = nullptr) {
   int j = 0;
-  for (; j + SC * VL <= n; j += SC * VL) score_panel<SC>(a, lda, b + j, ldb, c + j, ldc, m, kd);
+  for (; j + TILE_VECS * VL <= n; j += TILE_VECS * VL) gemm_panel<TILE_VECS>(a, lda, b + j, ldb, c + j, ldc, m, kd, scale);
   switch ((n - j) / VL) {  // the last, narrower panel
-    case 1: score_panel<1>(a, lda, b + j, ldb, c + j, ldc, m, kd); break;
-    case 2: score_panel<2>(a, lda, b + j, ldb, c + j, ldc, m, kd); break;
-    case 3: score_panel<3>(a, lda, b + j, ldb, c + j, ldc, m, kd); break;
+    case 1: gemm_panel<1>(a, lda, b + j, ldb, c + j, ldc, m, kd, scale); break;
+    case 2: gemm_panel<2>(a, lda, b + j, ldb, c + j, ldc, m, kd, scale); break;
+    case 3: gemm_panel<3>(a, lda, b + j, ldb, c + j, ldc, m, kd, scale); break;
   }
-}
-
-// out[R x G VL] (row stride ldo) = diag(scale) P[R x kl] (row stride ldp) * V[kl x G VL] (row stride ldv).
-template <int R, int G>
-inline void pv_tile(const float* p, int ldp, const float* v, int ldv, int kl, const float* scale, float* out,
-                    int ldo) {
-  vf acc[R][G];
-  for (int r = 0; r < R; ++r)
-    for (int g = 0; g < G; ++g) acc[r][g] = vf{};
-#pragma GCC unroll 4
-  for (int j = 0; j < kl; ++j) {
-    vf vv[G];
-    for (int g = 0; g < G; ++g) vv[g] = load(v + j * ldv + g * VL);
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-      const vf x = bcast(p[r * ldp + j]);
-      for (int g = 0; g < G; ++g) acc[r][g] += x * vv[g];
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int g = 0; g < G; ++g) store(out + r * ldo + g * VL, acc[r][g] * scale[r]);
-}
-
-template <int G>
-void pv_rows(const float* p, int ldp, const float* v, int ldv, int kl, const float* scale, float* out, int ldo,
-             int m) {
-  for (int i = 0; i < m; i += PV_ROWS) {
-    const float* pi = p + i * ldp;
-    float* oi = out + i * ldo;
-    switch (std::min(PV_ROWS, m - i)) {
-#define XLNET_TILE(R) case R: pv_tile<R, G>(pi, ldp, v, ldv, kl, scale + i, oi, ldo); break;
-      XLNET_TILE(1) XLNET_TILE(2) XLNET_TILE(3) XLNET_TILE(4)
-#if XLNET_PV_ROWS > 4
-      XLNET_TILE(5) XLNET_TILE(6)
-#endif
-#undef XLNET_TILE
-    }
-  }
-}
-
-// out[m x h] = diag(scale) P[m x kl] * V[kl x h]; h a multiple of VL.
-void pv_gemm(const float* p, int ldp, const float* v, int ldv, int kl, const float* scale, float* out, int ldo,
-             int m, int h) {
-  int col = 0;
-  for (; col + PV_VECS * VL <= h; col += PV_VECS * VL) pv_rows<PV_VECS>(p, ldp, v + col, ldv, kl, scale, out + col, ldo, m);
-  for (; col < h; col += VL) pv_rows<1>(p, ldp, v + col, ldv, kl, scale, out + col, ldo, m);
 }
 
 // dst[d * ldd + j] = src[j * lds + d] for j < rows, d < cols (cols a multiple of VL).
@@ -316,22 +269,36 @@ class RelAttentionOp : public OpKernel {
     const Tensor& q = ctx->input(0);    // [b, q, n, h]
     const Tensor& k = ctx->input(1);    // [b, k, n, h]
     const Tensor& v = ctx->input(2);    // [b, k, n, h]
-    const Tensor& kr = ctx->input(3);   // [r, n, h]
-    const Tensor& rw = ctx->input(4);   // [n, h]
-    const Tensor& rr = ctx->input(5);   // [n, h]
-    const Tensor& rs = ctx->input(6);   // [n, h]
-    const Tensor& seg = ctx->input(7);  // [2, n, h]
-    const Tensor& diff = ctx->input(8);     // bool [b, q, k], or [0, 0, 0]: no segment term
-    const Tensor& blocked = ctx->input(9);  // bool [b or 1, q, k], or [0, 0, 0]: nothing blocked
-    OP_REQUIRES(ctx, q.dims() == 4 && k.dims() == 4 && v.dims() == 4 && kr.dims() == 3,
-                InvalidArgument("rel_attention: q, k, v must be [b, len, n, h] and kr [r, n, h]"));
+    // The projected positional encodings in factored form (layers.PositionalBasis): row p of KR is
+    // pos_cos[index[p]] + sign[p] * pos_sin[index[p]].
+    const Tensor& pos_sin = ctx->input(3);    // [R, n*h]
+    const Tensor& pos_cos = ctx->input(4);    // [R, n*h]
+    const Tensor& pos_index = ctx->input(5);  // int32 [r]
+    const Tensor& pos_sign = ctx->input(6);   // [r]
+    const Tensor& rw = ctx->input(7);   // [n, h]
+    const Tensor& rr = ctx->input(8);   // [n, h]
+    const Tensor& rs = ctx->input(9);   // [n, h]
+    const Tensor& seg = ctx->input(10);  // [2, n, h]
+    const Tensor& diff = ctx->input(11);     // bool [b, q, k], or [0, 0, 0]: no segment term
+    const Tensor& blocked = ctx->input(12);  // bool [b or 1, q, k], or [0, 0, 0]: nothing blocked
+    OP_REQUIRES(ctx, q.dims() == 4 && k.dims() == 4 && v.dims() == 4,
+                InvalidArgument("rel_attention: q, k, v must be [b, len, n, h]"));
     const int b = q.dim_size(0), ql = q.dim_size(1), n = q.dim_size(2), h = q.dim_size(3);
-    const int kl = k.dim_size(1), rl = kr.dim_size(0);
-    OP_REQUIRES(ctx, k.dim_size(0) == b && v.shape() == k.shape() && k.dim_size(2) == n && k.dim_size(3) == h &&
-                kr.dim_size(1) == n && kr.dim_size(2) == h,
+    const int kl = k.dim_size(1), rl = pos_index.NumElements(), nh = n * h;
+    OP_REQUIRES(ctx, k.dim_size(0) == b && v.shape() == k.shape() && k.dim_size(2) == n && k.dim_size(3) == h,
                 InvalidArgument("rel_attention: shapes do not agree: q ", q.shape().DebugString(), ", k ",
-                                k.shape().DebugString(), ", v ", v.shape().DebugString(), ", kr ",
-                                kr.shape().DebugString()));
+                                k.shape().DebugString(), ", v ", v.shape().DebugString()));
+    OP_REQUIRES(ctx, pos_sin.dims() == 2 && pos_sin.dim_size(1) == nh && pos_cos.shape() == pos_sin.shape() &&
+                pos_index.dims() == 1 && pos_sign.shape() == pos_index.shape(),
+                InvalidArgument("rel_attention: positional tables must be sin, cos [R, ", nh, "] and index, sign "
+                                "[r], got ", pos_sin.shape().DebugString(), ", ", pos_cos.shape().DebugString(),
+                                ", ", pos_index.shape().DebugString(), ", ", pos_sign.shape().DebugString()));
+    const int32_t* idxp = pos_index.flat<int32_t>().data();
+    const int n_rows = pos_sin.dim_size(0);
+    for (int p = 0; p < rl; ++p)
+      OP_REQUIRES(ctx, idxp[p] >= 0 && idxp[p] < n_rows,
+                  InvalidArgument("rel_attention: positional index[", p, "] = ", idxp[p], " outside [0, ", n_rows,
+                                  ")"));
     OP_REQUIRES(ctx, h % VL == 0, InvalidArgument("rel_attention: d_head must be a multiple of ", VL, ", got ", h));
     const bool has_seg = diff.NumElements() > 0;
     const bool has_mask = blocked.NumElements() > 0;
@@ -348,7 +315,9 @@ class RelAttentionOp : public OpKernel {
     const float* qp = q.flat<float>().data();
     const float* kp = k.flat<float>().data();
     const float* vp = v.flat<float>().data();
-    const float* krp = kr.flat<float>().data();
+    const float* sinp = pos_sin.flat<float>().data();
+    const float* cosp = pos_cos.flat<float>().data();
+    const float* signp = pos_sign.flat<float>().data();
     const float* rwp = rw.flat<float>().data();
     const float* rrp = rr.flat<float>().data();
     const float* rsp = rs.flat<float>().data();
@@ -357,7 +326,6 @@ class RelAttentionOp : public OpKernel {
     const bool* blkp = has_mask ? blocked.flat<bool>().data() : nullptr;
     const int blk_b = has_mask ? blocked.dim_size(0) : 0;
     float* op = out->flat<float>().data();
-    const int nh = n * h;
     const float s = scale_;
 
     // Widths: scores padded to whole vector pairs; the positional table spans every column a tile reads.
@@ -368,16 +336,24 @@ class RelAttentionOp : public OpKernel {
     // Row strides one vector longer than the widths: rows a power-of-two apart would share L1 sets.
     const int kld = kpad + VL, wld = wpad + VL, rld = rpad + VL;
 
-    // KR^T of every head, zero beyond rlen: [n][h][rpad], shared by all batch rows.
+    // KR^T of every head, zero beyond rlen: [n][h][rld], shared by all batch rows; built per head in parallel.
+    auto* pool = ctx->device()->tensorflow_cpu_worker_threads()->workers;
+    const int rows = std::min(rl, rpad);
     Buffer krt_all(static_cast<size_t>(n) * h * rld);
-    std::fill(krt_all.data(), krt_all.data() + static_cast<size_t>(n) * h * rld, 0.0f);
-    for (int hi = 0; hi < n; ++hi) {
-      float* dst = krt_all.data() + static_cast<size_t>(hi) * h * rld;
-      for (int p = 0; p < std::min(rl, rpad); ++p) {
-        const float* src = krp + static_cast<int64_t>(p) * nh + hi * h;
-        for (int d = 0; d < h; ++d) dst[d * rld + p] = src[d];
+    pool->ParallelFor(n, static_cast<int64_t>(rld) * h * 4, [&](int64_t start, int64_t end) {
+      Buffer kr(static_cast<size_t>(rows) * h);
+      for (int64_t hi = start; hi < end; ++hi) {
+        for (int p = 0; p < rows; ++p) {
+          const float* sn = sinp + static_cast<int64_t>(idxp[p]) * nh + hi * h;
+          const float* cs = cosp + static_cast<int64_t>(idxp[p]) * nh + hi * h;
+          const vf sg = bcast(signp[p]);
+          for (int d = 0; d < h; d += VL) store(kr.data() + p * h + d, load(cs + d) + load(sn + d) * sg);
+        }
+        float* dst = krt_all.data() + static_cast<size_t>(hi) * h * rld;
+        for (int d = 0; d < h; ++d) std::fill(dst + static_cast<int64_t>(d) * rld + rows, dst + (d + 1) * rld, 0.0f);
+        transpose_rows(kr.data(), h, rows, h, dst, rld);
       }
-    }
+    });
 
     auto work = [&](int64_t start, int64_t end) {
       Buffer kt(h * kld), qw(TILE * h), qr(TILE * h), sc(TILE * kld), bd(TILE * wld), ef(2 * TILE), inv(TILE);
@@ -409,10 +385,10 @@ class RelAttentionOp : public OpKernel {
             ef[2 * r] = hsum(a0);
             ef[2 * r + 1] = hsum(a1);
           }
-          score_gemm(qw.data(), h, kt.data(), kld, sc.data(), kld, m, kpad, h);
+          gemm(qw.data(), h, kt.data(), kld, sc.data(), kld, m, kpad, h);
           // Row i reads kr[qlen - i + j]; the tile's rows read columns p0 .. p0 + kl + m - 2.
           const int p0 = ql - i1 + 1, pa = p0 / VL * VL;
-          score_gemm(qr.data(), h, krt + pa, rld, bd.data(), wld, m, round_up(p0 - pa + kl + m - 1, VL), h);
+          gemm(qr.data(), h, krt + pa, rld, bd.data(), wld, m, round_up(p0 - pa + kl + m - 1, VL), h);
           for (int r = 0; r < m; ++r) {
             const int i = i0 + r;
             inv[r] = softmax_row(sc.data() + r * kld, bd.data() + r * wld + (p0 - pa) + (i1 - 1 - i), kl,
@@ -422,11 +398,10 @@ class RelAttentionOp : public OpKernel {
                                           : nullptr);
           }
           float* oh = op + (static_cast<int64_t>(bi) * ql + i0) * nh + hi * h;
-          pv_gemm(sc.data(), kld, vh, nh, kl, inv.data(), oh, nh, m, h);
+          gemm(sc.data(), kld, vh, nh, oh, nh, m, h, kl, inv.data());
         }
       }
     };
-    auto* pool = ctx->device()->tensorflow_cpu_worker_threads()->workers;
     const int64_t cost = static_cast<int64_t>(ql) * (kl * 2 + kl + TILE) * h * 2;
     pool->ParallelFor(static_cast<int64_t>(b) * n, cost, work);
   }
@@ -441,7 +416,10 @@ REGISTER_OP("XlnetRelAttention")
     .Input("q: float")
     .Input("k: float")
     .Input("v: float")
-    .Input("kr: float")
+    .Input("pos_sin: float")
+    .Input("pos_cos: float")
+    .Input("pos_index: int32")
+    .Input("pos_sign: float")
     .Input("r_w_bias: float")
     .Input("r_r_bias: float")
     .Input("r_s_bias: float")
