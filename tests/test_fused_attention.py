@@ -94,8 +94,9 @@ def test_kernel_errors_name_the_shapes():
 
 
 def small_model(**run):
+    run = {"dropout": 0.1, "dropatt": 0.1, **run}
     cfg = XLNetConfig(n_layer=2, d_model=64, n_head=4, d_head=16, d_inner=128, n_token=50, ff_activation="gelu",
-                      untie_r=True, dropout=0.1, dropatt=0.1, initializer_range=0.3, **run)
+                      untie_r=True, initializer_range=0.3, **run)
     return XLNetModel(cfg, seed=3)
 
 
@@ -144,6 +145,18 @@ def test_kernel_only_where_it_may_run(monkeypatch):
     uses = lambda fn: "XlnetRelAttention" in op_types(fn)
     assert uses(tf.function(lambda: model(ids)["sequence_output"]))
     assert not uses(tf.function(lambda: model(ids, training=True)["sequence_output"]))
+    no_dropout = small_model(dropout=0.0, dropatt=0.0)  # training without dropout: no seed, still no kernel
+    assert not uses(tf.function(lambda: no_dropout(ids, training=True)["sequence_output"]))
+
+    @tf.function
+    def grads(training):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(no_dropout(ids, training=training)["sequence_output"] ** 2)
+        return tape.gradient(loss, no_dropout.trainable_variables[3])
+
+    assert float(tf.reduce_sum(tf.abs(grads(True)))) > 0
+    with pytest.raises(ValueError, match="has no gradient.*training=True"):
+        grads(False)
     assert not uses(tf.function(lambda: model(ids, perm_mask=perm, target_mapping=tm)["query_output"]))
     with layers.portable_graph():
         assert not uses(tf.function(lambda: model(ids)["sequence_output"]))

@@ -714,7 +714,8 @@ class XLNetBlock(keras.layers.Layer):
                                      salt + 1, bias=self._w(self.ff2_bias))
         return tf.reshape(out, tf.shape(x))
 
-    def call(self, h, g, mem, pos_emb, ef_diff, content_blocked, query_blocked, target_mapping, seed=None):
+    def call(self, h, g, mem, pos_emb, ef_diff, content_blocked, query_blocked, target_mapping, seed=None,
+             training=False):
         """h: [b, q, d] content; g: [b, m, d] query stream or None; mem: [b, mlen, d] or None.
 
         pos_emb: [pb, r, d] or a ``PositionalBasis``; ef_diff: [b, q, klen] bool or None;
@@ -722,7 +723,8 @@ class XLNetBlock(keras.layers.Layer):
         """
         cat = h if mem is None else tf.concat([tf.cast(mem, h.dtype), h], axis=1)
         c = self.config
-        fusable = seed is None and g is None and not c.bi_data and isinstance(pos_emb, PositionalBasis)
+        # The kernel has no gradient: never in training (also not with dropout 0, where seed is None).
+        fusable = not training and g is None and not c.bi_data and isinstance(pos_emb, PositionalBasis)
         op = fused_attention_op(c.d_head, h.dtype) if fusable else None
         if op is not None:
             vec_h = self._fused_content_attention(op, h, cat, pos_emb, ef_diff, content_blocked)

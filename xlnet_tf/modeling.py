@@ -215,14 +215,17 @@ class XLNetModel(keras.Model):
     def _run_block(self, block, h, g, mem, pos_emb, ef_diff, content_blocked, query_blocked, target_mapping,
                    seed, training):
         if not (self.config.recompute and training):
-            return block(h, g, mem, pos_emb, ef_diff, content_blocked, query_blocked, target_mapping, seed=seed)
+            return block(h, g, mem, pos_emb, ef_diff, content_blocked, query_blocked, target_mapping, seed=seed,
+                         training=training)
 
         # Recompute the block's activations in the backward pass; dropout is stateless, so the replay is exact.
         def fwd_h(h_):
-            return block(h_, None, mem, pos_emb, ef_diff, content_blocked, query_blocked, None, seed=seed)[0]
+            return block(h_, None, mem, pos_emb, ef_diff, content_blocked, query_blocked, None, seed=seed,
+                         training=True)[0]
 
         def fwd_hg(h_, g_):
-            return block(h_, g_, mem, pos_emb, ef_diff, content_blocked, query_blocked, target_mapping, seed=seed)
+            return block(h_, g_, mem, pos_emb, ef_diff, content_blocked, query_blocked, target_mapping, seed=seed,
+                         training=True)
 
         if g is None:
             return tf.recompute_grad(fwd_h)(h), None

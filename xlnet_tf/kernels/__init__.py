@@ -102,6 +102,13 @@ def build(compiler: Optional[str] = None) -> str:
     return LIBRARY
 
 
+def _no_gradient(op, grad):
+    raise ValueError(
+        "XlnetRelAttention (the fused inference attention kernel) has no gradient: a gradient was requested through "
+        "a forward run with training=False. Call the model with training=True (with dropout 0 if you want "
+        "deterministic outputs), or set xlnet_tf.layers.FUSED_ATTENTION = False before tracing.")
+
+
 def load():
     """The op module when a current build exists, else None (logged once)."""
     global _loaded
@@ -109,6 +116,7 @@ def load():
         why = status()
         if why.startswith("built"):
             _loaded = tf.load_op_library(LIBRARY)
+            tf.RegisterGradient("XlnetRelAttention")(_no_gradient)
         else:
             _log.info("xlnet_tf fused attention kernel %s", why)
             _loaded = False
