@@ -35,12 +35,12 @@ def _xla(fn):
 
 
 # The fused attention kernel (``xlnet_tf/kernels``, built per machine by ``python -m xlnet_tf.kernels build``):
-# at inference, float32, without the query stream or bi_data, a block's whole attention core -- the biased
-# queries, AC, BD with the relative shift, EF, the mask, the softmax and P.V -- is one op that keeps each tile's
-# scores in cache and reads/writes the heads in their [b, len, n, h] layout (no head transposes). Same
-# formulas, different summation order (outputs within ~2e-6 of the graph at Base size). It is skipped inside
-# XLA-compiled functions (XLA cannot compile a custom op) and while tracing for a SavedModel
-# (``portable_graph``), so exported models need nothing beyond TensorFlow and tensorflow-text.
+# at inference (training=False) on a CPU-only host, float32, without the query stream or bi_data, a block's
+# whole attention core -- the biased queries, AC, BD with the relative shift, EF, the mask, the softmax and
+# P.V -- is one op that keeps each tile's scores in cache and reads/writes the heads in their [b, len, n, h]
+# layout (no head transposes). Same formulas, different summation order (outputs within ~2e-6 of the graph at
+# Base size). It is skipped inside XLA-compiled functions (XLA cannot compile a custom op) and while tracing for
+# a SavedModel (``portable_graph``), so exported models need nothing beyond TensorFlow and tensorflow-text.
 # XLNET_TF_FUSED_ATTENTION=0 turns it off. Measurements: BUILD.md "Backbone speed".
 FUSED_ATTENTION = os.environ.get("XLNET_TF_FUSED_ATTENTION", "1").lower() not in ("0", "false", "no", "off")
 _portable = False
@@ -71,9 +71,14 @@ def fused_attention_op(d_head: int, dtype):
         return None
     from xlnet_tf import kernels
 
-    if d_head % kernels.D_HEAD_MULTIPLE or _in_xla_context():
+    if d_head % kernels.D_HEAD_MULTIPLE or _in_xla_context() or _accelerator_visible():
         return None
     return kernels.load()
+
+
+def _accelerator_visible() -> bool:
+    """A GPU/TPU would run the graph's attention itself (the kernel is CPU-only and would pull data back)."""
+    return bool(tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"))
 
 
 def gelu_tanh(x):
