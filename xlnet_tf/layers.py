@@ -71,13 +71,14 @@ def fused_attention_op(d_head: int, dtype):
         return None
     from xlnet_tf import kernels
 
-    if d_head % kernels.D_HEAD_MULTIPLE or _in_xla_context() or _accelerator_visible():
+    if d_head % kernels.D_HEAD_MULTIPLE or _in_xla_context() or accelerator_visible():
         return None
     return kernels.load()
 
 
-def _accelerator_visible() -> bool:
-    """A GPU/TPU would run the graph's attention itself (the kernel is CPU-only and would pull data back)."""
+def accelerator_visible() -> bool:
+    """Whether a GPU/TPU is visible (then the graph's attention runs there: the kernel is CPU-only, and the
+    inference streams of ``modeling`` are off)."""
     return bool(tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"))
 
 
@@ -588,11 +589,14 @@ class XLNetBlock(keras.layers.Layer):
         c = self.config
         return tf.reshape(self._w(kernel), [c.d_model, c.n_head * c.d_head])
 
+    def _head_view(self, y):
+        """[b, s, n*h] -> [b, s, n, h] (a reshape, no copy)."""
+        c = self.config
+        return tf.reshape(y, tf.concat([tf.shape(y)[:-1], [c.n_head, c.d_head]], axis=0))
+
     def _split_heads(self, y):
         """[b, s, n*h] -> [b, n, s, h]."""
-        c = self.config
-        y = tf.reshape(y, tf.concat([tf.shape(y)[:-1], [c.n_head, c.d_head]], axis=0))
-        return tf.transpose(y, [0, 2, 1, 3])
+        return tf.transpose(self._head_view(y), [0, 2, 1, 3])
 
     def _heads(self, x, kernel):
         """x [b, s, d_model] @ kernel [d_model, n, h] -> [b, n, s, h]."""
@@ -619,11 +623,9 @@ class XLNetBlock(keras.layers.Layer):
         """Projected positional encodings [pb, n, r, h]."""
         return self._split_heads(self._positional_rows(pos_emb, dtype))
 
-    def _unsplit_heads(self, x, kernel):
-        """x [b, s, d_model] @ kernel -> [b, s, n, h] (the heads in place, no transpose)."""
-        c = self.config
-        y = self._matmul_2d(x, self._kernel_2d(kernel))
-        return tf.reshape(y, tf.concat([tf.shape(x)[:-1], [c.n_head, c.d_head]], axis=0))
+    def _heads_in_place(self, x, kernel):
+        """x [b, s, d_model] @ kernel -> [b, s, n, h] (no transpose)."""
+        return self._head_view(self._matmul_2d(x, self._kernel_2d(kernel)))
 
     def _fused_content_attention(self, op, h, cat, basis: PositionalBasis, ef_diff, blocked):
         """The content stream's attention through the compiled kernel: [b, q, n*h] (see ``FUSED_ATTENTION``).
@@ -632,7 +634,7 @@ class XLNetBlock(keras.layers.Layer):
         none = tf.zeros([0, 0, 0], tf.bool)
         from_sin, from_cos = self._positional_tables(basis, h.dtype)
         vec = op.xlnet_rel_attention(
-            self._unsplit_heads(h, self.q), self._unsplit_heads(cat, self.k), self._unsplit_heads(cat, self.v),
+            self._heads_in_place(h, self.q), self._heads_in_place(cat, self.k), self._heads_in_place(cat, self.v),
             from_sin, from_cos, basis.index[0], tf.cast(basis.sign[0], h.dtype),
             self._w(self.r_w_bias), self._w(self.r_r_bias), self._w(self.r_s_bias), self._w(self.seg_embed),
             none if ef_diff is None else ef_diff, none if blocked is None else blocked, scale=self.scale)

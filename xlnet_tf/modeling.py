@@ -9,7 +9,8 @@ import keras
 import tensorflow as tf
 
 from xlnet_tf.config import XLNetConfig
-from xlnet_tf.layers import XLNetBlock, dropout, positional_basis, relative_positional_encoding
+from xlnet_tf.layers import (XLNetBlock, accelerator_visible, dropout, positional_basis,
+                             relative_positional_encoding)
 from xlnet_tf.masks import attention_masks, segment_diff
 
 
@@ -38,7 +39,7 @@ STREAM_MIN_BATCH = 4
 
 
 def _cpu_streams_default() -> bool:
-    if tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"):
+    if accelerator_visible():
         return False
     threads = tf.config.threading.get_intra_op_parallelism_threads() or (os.cpu_count() or 1)
     return threads >= 2
