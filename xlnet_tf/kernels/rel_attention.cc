@@ -33,7 +33,6 @@ using tensorflow::OpKernel;
 using tensorflow::OpKernelConstruction;
 using tensorflow::OpKernelContext;
 using tensorflow::Tensor;
-using tensorflow::TensorShape;
 using tensorflow::errors::InvalidArgument;
 
 // VL: floats per vector; GEMM tiles are TILE_ROWS x TILE_VECS vectors of accumulators (24 of AVX-512's 32
@@ -328,7 +327,7 @@ class RelAttentionOp : public OpKernel {
     float* op = out->flat<float>().data();
     const float s = scale_;
 
-    // Widths: scores padded to whole vector pairs; the positional table spans every column a tile reads.
+    // Widths: scores padded to whole vectors; the positional table spans every column a tile reads.
     const int kpad = round_up(kl, VL);
     // A tile's positional scores start at an aligned column pa <= p0 (p0 - pa < VL) and span wpad columns.
     const int wpad = round_up(kl + TILE - 1 + VL, VL);
