@@ -136,17 +136,22 @@ def test_model_same_outputs_with_and_without_kernel(run, monkeypatch):
 
 @needs_kernel
 def test_kernel_only_where_it_may_run(monkeypatch):
-    """Training, the query stream, XLA-compiled functions and SavedModel tracing use TensorFlow's ops."""
+    """Training uses the training pair of ops (never the inference op, which has no gradient: also with dropout
+    0, where no seed is drawn); the query stream, XLA-compiled functions and SavedModel tracing use TensorFlow's
+    ops."""
     monkeypatch.setattr(layers, "FUSED_ATTENTION", True)
     model = small_model()
     ids = tf.constant(np.arange(24).reshape(2, 12) % 50, tf.int32)
     tm = tf.one_hot([[3, 5], [0, 11]], 12)
     perm = tf.zeros([2, 12, 12])
+    kernel_ops = {"XlnetRelAttention", "XlnetRelAttentionTrain", "XlnetRelAttentionGrad"}
     uses = lambda fn: "XlnetRelAttention" in op_types(fn)
+    uses_any = lambda fn: bool(kernel_ops & op_types(fn))
     assert uses(tf.function(lambda: model(ids)["sequence_output"]))
-    assert not uses(tf.function(lambda: model(ids, training=True)["sequence_output"]))
-    no_dropout = small_model(dropout=0.0, dropatt=0.0)  # training without dropout: no seed, still no kernel
-    assert not uses(tf.function(lambda: no_dropout(ids, training=True)["sequence_output"]))
+    no_dropout = small_model(dropout=0.0, dropatt=0.0)  # training without dropout: no seed
+    for m in (model, no_dropout):
+        types = op_types(tf.function(lambda: m(ids, training=True)["sequence_output"]))
+        assert "XlnetRelAttentionTrain" in types and "XlnetRelAttention" not in types
 
     @tf.function
     def grads(training):
@@ -157,18 +162,28 @@ def test_kernel_only_where_it_may_run(monkeypatch):
     assert float(tf.reduce_sum(tf.abs(grads(True)))) > 0
     with pytest.raises(ValueError, match="has no gradient.*training=True"):
         grads(False)
-    assert not uses(tf.function(lambda: model(ids, perm_mask=perm, target_mapping=tm)["query_output"]))
+    assert not uses_any(tf.function(lambda: model(ids, perm_mask=perm, target_mapping=tm)["query_output"]))
     with layers.portable_graph():
-        assert not uses(tf.function(lambda: model(ids)["sequence_output"]))
+        assert not uses_any(tf.function(lambda: model(ids)["sequence_output"]))
+        assert not uses_any(tf.function(lambda: model(ids, training=True)["sequence_output"]))
     xla = tf.function(lambda: model(ids)["sequence_output"], jit_compile=True)
     plain = tf.function(lambda: model(ids)["sequence_output"])
     np.testing.assert_allclose(xla().numpy(), plain().numpy(), atol=1e-5, rtol=0)  # compiles: no custom op inside
+
+    @tf.function(jit_compile=True)
+    def xla_grad():  # compiles: a training step under XLA keeps the graph's attention too
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(no_dropout(ids, training=True)["sequence_output"] ** 2)
+        return tape.gradient(loss, no_dropout.trainable_variables[3])
+
+    np.testing.assert_allclose(xla_grad().numpy(), grads(True).numpy(), atol=1e-5, rtol=1e-5)
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
     try:
         half = small_model()
     finally:
         keras.mixed_precision.set_global_policy("float32")
-    assert not uses(tf.function(lambda: half(ids)["sequence_output"]))
+    assert not uses_any(tf.function(lambda: half(ids)["sequence_output"]))
+    assert not uses_any(tf.function(lambda: half(ids, training=True)["sequence_output"]))
 
 
 def test_stamp_is_checked(tmp_path, monkeypatch):
@@ -212,3 +227,135 @@ def test_saved_models_never_contain_the_kernel(tmp_path, monkeypatch):
     loaded = tf.saved_model.load(str(tmp_path / "sm"))
     np.testing.assert_allclose(loaded.signatures["serving_default"](input_ids=ids)["h"].numpy(), eager_out,
                                atol=1e-5, rtol=0)
+
+
+@needs_kernel
+@pytest.mark.parametrize("run,chunk", [
+    (dict(), 0), (dict(), 5),                                    # query chunks: per-chunk dropout masks
+    (dict(mem_len=3), 0),
+    (dict(attn_type="uni", same_length=True, mem_len=4), 0),
+    (dict(dropout=0.0, dropatt=0.0), 0),                           # training without dropout (no seed)
+    (dict(untie_r=False), 0),                                     # biases shared by the layers
+])
+@pytest.mark.parametrize("segments", [True, False])
+def test_training_kernels_same_outputs_and_gradients(run, chunk, segments, monkeypatch):
+    """A training step through the training kernels (forward + backward op) equals the graph's: outputs and
+    every gradient, with the same attention-dropout masks, segments, left padding and memory."""
+    monkeypatch.setattr(layers, "ATTN_CHUNK", chunk)
+    cfg = dict(run)
+    untie = cfg.pop("untie_r", True)
+    model = small_model(**cfg)
+    if not untie:
+        model = XLNetModel(XLNetConfig(n_layer=2, d_model=64, n_head=4, d_head=16, d_inner=128, n_token=50,
+                                       ff_activation="gelu", untie_r=False, initializer_range=0.3, dropout=0.1,
+                                       dropatt=0.1), seed=3)
+    rng = np.random.default_rng(1)
+    b, q = 3, 13
+    ids = tf.constant(rng.integers(0, 50, (b, q)), tf.int32)
+    seg = tf.constant(rng.integers(0, 3, (b, q)), tf.int32) if segments else None
+    mask = np.ones((b, q), np.int32)
+    mask[1, :4] = 0
+    mems = [tf.constant(rng.normal(0, 1, (b, 3, 64)), tf.float32) for _ in range(2)] if run.get("mem_len") else None
+    results, graphs = {}, {}
+    for fused in (False, True):
+        monkeypatch.setattr(layers, "FUSED_ATTENTION", fused)
+        model.dropout_seed.assign([7, 0])
+        step = tf.function(lambda: _model_step_graph(model, ids, seg, tf.constant(mask), mems))
+        graphs[fused] = op_types(step)
+        results[fused] = step()
+    assert "XlnetRelAttentionGrad" in graphs[True] and "XlnetRelAttentionTrain" in graphs[True]
+    assert not {"XlnetRelAttentionTrain", "XlnetRelAttention"} & graphs[False]
+    (h0, g0), (h1, g1) = results[False], results[True]
+    assert np.std(h0.numpy()) > 0.3
+    np.testing.assert_allclose(h1.numpy(), h0.numpy(), atol=1e-5, rtol=0)
+    names = [v.path for v in model.trainable_variables]
+    assert len(g0) == len(g1)
+    for name, a, c in zip(names, g0, g1):
+        assert (a is None) == (c is None), name
+        if a is not None:
+            a, c = tf.convert_to_tensor(a).numpy(), tf.convert_to_tensor(c).numpy()
+            scale = max(np.abs(a).max(), 1e-3)
+            np.testing.assert_allclose(c, a, atol=2e-5 * scale, rtol=0, err_msg=name)
+
+
+def _model_step_graph(model, ids, seg, mask, mems):
+    with tf.GradientTape() as tape:
+        h = model(ids, segment_ids=seg, padding_mask=mask, mems=mems, training=True)["sequence_output"]
+        loss = tf.reduce_mean(tf.square(h))
+    return h, tape.gradient(loss, model.trainable_variables)
+
+
+@needs_kernel
+@pytest.mark.parametrize("b,q,mlen,n,h,attn,seg,mask,rate", [
+    (2, 37, 0, 3, 16, "bi", True, True, 0.2),     # rows not a multiple of the 32-row tile
+    (2, 70, 6, 2, 64, "bi", True, True, 0.1),     # memory columns, three tiles, d_head 64
+    (2, 20, 5, 2, 32, "uni", True, True, 0.0),    # causal, no attention dropout
+    (1, 33, 0, 2, 16, "bi", False, False, 0.3),   # no segment term, nothing blocked
+])
+def test_training_kernels_match_autodiff(b, q, mlen, n, h, attn, seg, mask, rate):
+    """The training forward op and its gradient op equal the graph ops and TensorFlow's autodiff of them
+    (dropout with the same keep mask), for q, k, v, the positional rows, the three biases and seg_embed."""
+    rng = np.random.default_rng(q + mlen)
+    klen = q + mlen
+    rlen = klen + q if attn == "bi" else klen + 1
+    f = lambda *shape: tf.constant(rng.normal(0, 1.0, shape).astype(np.float32))
+    args = [f(b, q, n, h), f(b, klen, n, h), f(b, klen, n, h), f(rlen, n, h), f(n, h), f(n, h), f(n, h),
+            f(2, n, h)]
+    padding = np.ones((b, q), np.int32)
+    padding[0, :3] = 0
+    _, blocked = attention_masks(q, mlen, b, tf.constant(padding) if mask else None, None, attn, False)
+    diff = segment_diff(tf.constant(rng.integers(0, 3, (b, q)), tf.int32), mlen) if seg else None
+    keep = tf.constant(rng.random((b, n, q, klen)) >= rate) if rate else None
+    scale, ks = 1.0 / np.sqrt(h), 1.0 / (1.0 - rate)
+    d_out = f(b, q, n, h)
+    t = lambda x: tf.transpose(x, [0, 2, 1, 3])
+
+    with tf.GradientTape() as tape:
+        tape.watch(args)
+        qh, kh, vh, kr, rw, rr, rs, seg_embed = args
+        biases = [rw, rr] + ([rs] if diff is not None else [])
+        qw, qr, *qs = layers._query_terms(t(qh), biases, scale)
+        ac = tf.matmul(qw, t(kh), transpose_b=True)
+        bd = tf.matmul(qr, tf.transpose(kr, [1, 0, 2]), transpose_b=True)
+        ef = None if diff is None else tf.matmul(qs[0], tf.transpose(seg_embed, [1, 2, 0]))
+        prob = layers.attention_probs(ac, bd, ef, diff, blocked)
+        dropped = prob if keep is None else layers._apply_keep(prob, keep, rate)
+        ref = t(tf.matmul(dropped, t(vh)))
+        loss = tf.reduce_sum(ref * d_out)
+    ref_grads = [tf.zeros_like(a) if g is None else g for a, g in zip(args, tape.gradient(loss, args))]
+
+    none3, none4 = tf.zeros([0, 0, 0], tf.bool), tf.zeros([0, 0, 0, 0], tf.bool)
+    flat = [args[0], args[1], args[2], tf.reshape(args[3], [rlen, n * h])] + args[4:]
+    extra = [none3 if diff is None else diff, none3 if blocked is None else blocked, none4 if keep is None else keep]
+    out, p = OP.xlnet_rel_attention_train(*flat, *extra, scale=scale, keep_scale=ks)
+    np.testing.assert_allclose(p.numpy(), prob.numpy(), atol=1e-6, rtol=0)
+    np.testing.assert_allclose(out.numpy(), ref.numpy(), atol=1e-5, rtol=0)
+    grads = OP.xlnet_rel_attention_grad(d_out, *flat, *extra, p, scale=scale, keep_scale=ks)
+    names = ["q", "k", "v", "kr", "r_w", "r_r", "r_s", "seg_embed"]
+    for name, got, want in zip(names, grads, ref_grads):
+        want = tf.reshape(want, got.shape).numpy()
+        if name in ("r_s", "seg_embed") and diff is None:
+            assert not np.any(want) and not np.any(got.numpy()), name
+            continue
+        assert np.std(want) > 0.05, name  # a real gradient
+        tol = 2e-6 * max(1.0, np.abs(want).max())
+        np.testing.assert_allclose(got.numpy(), want, atol=tol, rtol=0, err_msg=name)
+
+
+@needs_kernel
+def test_training_kernel_errors_name_the_shapes():
+    z = lambda *s, dt=tf.float32: tf.zeros(s, dt)
+    none3, none4 = z(0, 0, 0, dt=tf.bool), z(0, 0, 0, 0, dt=tf.bool)
+    base = [z(2, 4, 2, 16), z(2, 6, 2, 16), z(2, 6, 2, 16), z(10, 32), z(2, 16), z(2, 16), z(2, 16), z(2, 2, 16)]
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"positional rows kr must be \[r, 32\], got \[10,16\]"):
+        OP.xlnet_rel_attention_train(*base[:3], z(10, 16), *base[4:], none3, none3, none4, scale=0.25, keep_scale=1.0)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"keep must be \[2,2,4,6\] or \[0, 0, 0, 0\], got \[2,2,6,4\]"):
+        OP.xlnet_rel_attention_train(*base, none3, none3, z(2, 2, 6, 4, dt=tf.bool), scale=0.25, keep_scale=1.0)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"r_w, r_r, r_s biases must be \[2, 16\]"):
+        OP.xlnet_rel_attention_train(*base[:4], z(3, 16), *base[5:], none3, none3, none4, scale=0.25, keep_scale=1.0)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"prob must be \[2,2,4,6\], got \[0,0,0,0\]"):
+        OP.xlnet_rel_attention_grad(z(2, 4, 2, 16), *base, none3, none3, none4, z(0, 0, 0, 0), scale=0.25,
+                                    keep_scale=1.0)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"d_out must be shaped like q \[2,4,2,16\], got \[2,4,2,32\]"):
+        OP.xlnet_rel_attention_grad(z(2, 4, 2, 32), *base, none3, none3, none4, z(2, 2, 4, 6), scale=0.25,
+                                    keep_scale=1.0)

@@ -34,14 +34,16 @@ def _xla(fn):
     return tf.function(fn, jit_compile=True, reduce_retracing=True)
 
 
-# The fused attention kernel (``xlnet_tf/kernels``, built per machine by ``python -m xlnet_tf.kernels build``):
-# at inference (training=False) on a CPU-only host, float32, without the query stream or bi_data, a block's
-# whole attention core -- the biased queries, AC, BD with the relative shift, EF, the mask, the softmax and
-# P.V -- is one op that keeps each tile's scores in cache and reads/writes the heads in their [b, len, n, h]
-# layout (no head transposes). Same formulas, different summation order (outputs within ~2e-6 of the graph at
-# Base size). It is skipped inside XLA-compiled functions (XLA cannot compile a custom op) and while tracing for
-# a SavedModel (``portable_graph``), so exported models need nothing beyond TensorFlow and tensorflow-text.
-# XLNET_TF_FUSED_ATTENTION=0 turns it off. Measurements: BUILD.md "Backbone speed".
+# The fused attention kernels (``xlnet_tf/kernels``, built per machine by ``python -m xlnet_tf.kernels build``):
+# on a CPU-only host, float32, without the query stream or bi_data, a block's whole attention core -- the
+# biased queries, AC, BD with the relative shift, EF, the mask, the softmax (and in training the attention
+# dropout) and P.V -- is one op that keeps each tile's scores in cache and reads/writes the heads in their
+# [b, len, n, h] layout (no head transposes). At inference one op; in training a forward op that also returns
+# the probabilities and a backward op that computes every gradient from them, with the dropout mask drawn as
+# the graph path draws it. Same formulas, different summation order (outputs within ~2e-6 of the graph at Base
+# size). They are skipped inside XLA-compiled functions (XLA cannot compile a custom op) and while tracing for a
+# SavedModel (``portable_graph``), so exported models need nothing beyond TensorFlow and tensorflow-text.
+# XLNET_TF_FUSED_ATTENTION=0 turns them off. Measurements: BUILD.md "Backbone speed".
 FUSED_ATTENTION = os.environ.get("XLNET_TF_FUSED_ATTENTION", "1").lower() not in ("0", "false", "no", "off")
 _portable = False
 
@@ -641,6 +643,44 @@ class XLNetBlock(keras.layers.Layer):
         shape = tf.shape(vec)
         return tf.reshape(vec, tf.stack([shape[0], shape[1], c.n_head * c.d_head]))
 
+    def _fused_content_attention_train(self, op, h, cat, pos_emb, ef_diff, blocked, seed, salt):
+        """The content stream's attention in a training step through the compiled kernels: [b, q, n*h].
+        The forward op also returns the probabilities; the backward op computes every gradient from them. The
+        attention-dropout mask is drawn exactly as the graph path draws it (per query chunk, same salts)."""
+        c = self.config
+        none = tf.zeros([0, 0, 0], tf.bool)
+        q, k, v = (self._heads_in_place(x, w) for x, w in ((h, self.q), (cat, self.k), (cat, self.v)))
+        kr = tf.squeeze(self._positional_rows(pos_emb, h.dtype), 0)  # [r, n*h]
+        keep = tf.zeros([0, 0, 0, 0], tf.bool)
+        if seed is not None and c.dropatt > 0.0:
+            shape = tf.shape(q)
+            klen = tf.shape(k)[1]
+            qlen = q.shape[1]
+            chunks = (query_chunks(qlen) if c.attn_type == "bi" else None) or [(0, None)]
+            keep = tf.concat([_keep_mask_xla(tf.stack([shape[0], c.n_head, (i1 if i1 else shape[1]) - i0, klen]),
+                                             _site(seed, salt if i == 0 else salt + 1000 * i), c.dropatt)
+                              for i, (i0, i1) in enumerate(chunks)], axis=2)
+        diff = none if ef_diff is None else ef_diff
+        blocked = none if blocked is None else blocked
+        attrs = dict(scale=self.scale, keep_scale=1.0 / (1.0 - c.dropatt))
+        seg_args = (self._w(self.r_s_bias), self._w(self.seg_embed))
+        if ef_diff is None:  # no segment term: r_s and seg_embed are not used (no gradient, as in the graph)
+            seg_args = tuple(tf.stop_gradient(x) for x in seg_args)
+
+        @tf.custom_gradient
+        def attend(q, k, v, kr, rw, rr, rs, seg):
+            out, prob = op.xlnet_rel_attention_train(q, k, v, kr, rw, rr, rs, seg, diff, blocked, keep, **attrs)
+
+            def grad(d_out):
+                return op.xlnet_rel_attention_grad(d_out, q, k, v, kr, rw, rr, rs, seg, diff, blocked, keep, prob,
+                                                   **attrs)
+
+            return out, grad
+
+        vec = attend(q, k, v, kr, self._w(self.r_w_bias), self._w(self.r_r_bias), *seg_args)
+        shape = tf.shape(vec)
+        return tf.reshape(vec, tf.stack([shape[0], shape[1], c.n_head * c.d_head]))
+
     def _attend(self, q_head, k_head, v_head, kr, ef_diff, blocked, seed, salt):
         """Relative attention for queries q_head [b, n, q, h] over keys/values [b, n, k, h]: [b, n, q, h].
 
@@ -730,11 +770,15 @@ class XLNetBlock(keras.layers.Layer):
         """
         cat = h if mem is None else tf.concat([tf.cast(mem, h.dtype), h], axis=1)
         c = self.config
-        # The kernel has no gradient: never in training (also not with dropout 0, where seed is None).
-        fusable = not training and g is None and not c.bi_data and isinstance(pos_emb, PositionalBasis)
+        # The inference op has no gradient: training (also with dropout 0, where seed is None) uses the training
+        # pair (forward + backward op).
+        fusable = g is None and not c.bi_data and (training or isinstance(pos_emb, PositionalBasis))
         op = fused_attention_op(c.d_head, h.dtype) if fusable else None
         if op is not None:
-            vec_h = self._fused_content_attention(op, h, cat, pos_emb, ef_diff, content_blocked)
+            if training:
+                vec_h = self._fused_content_attention_train(op, h, cat, pos_emb, ef_diff, content_blocked, seed, 1)
+            else:
+                vec_h = self._fused_content_attention(op, h, cat, pos_emb, ef_diff, content_blocked)
             return self._ffn(self._post_attention(h, vec_h, seed, 2), seed, 3), None
         k_head = self._heads(cat, self.k)  # [b, n, k, h]
         v_head = self._heads(cat, self.v)

@@ -1,4 +1,5 @@
-"""Optional compiled CPU kernels: XLNet's relative attention at inference as one op (``rel_attention.cc``).
+"""Optional compiled CPU kernels: XLNet's relative attention as one op at inference, and a forward/backward pair
+of ops in training (``rel_attention.cc``).
 
 Build once per machine (``./dev.sh`` does it; needs g++):
 
