@@ -12,10 +12,13 @@ processes on a shared VM cannot. Medians are reported; the first variant is the 
 * ``--mode infer``: forward, ``training=False`` (no dropout);
 * ``--mode train``: forward + backward to every weight the forward uses (loss = mean(h^2), dropout 0.1), no
   optimizer update (see ``backbone.py`` for the full step).
+* ``--mode pretrain``: the same with both streams, as in pretraining: a random factorisation order per row
+  (perm_mask) and seq * 85 / 512 predicted positions (target_mapping); loss = mean(h^2) + mean(g^2).
 
     python benchmarks/ab_switches.py --mode train --shape 8x128 XLA_FUSIONS=0 base
     python benchmarks/ab_switches.py --mode infer --shape 2x512 ATTN_CHUNK=0 base --reps 9
     python benchmarks/ab_switches.py --mode infer --shape 8x128 STREAM_MIN_TOKENS=1000000000 base --reps 15
+    python benchmarks/ab_switches.py --mode pretrain --shape 2x512 FUSED_ATTENTION=0 base --reps 5
 """
 
 from __future__ import annotations
@@ -49,10 +52,26 @@ def parse_variant(text: str):
     return out
 
 
+def _two_stream(batch: int, seq: int, seed: int = 0):
+    """perm_mask from a random factorisation order per row and target_mapping of seq * 85 / 512 positions."""
+    import numpy as np
+    import tensorflow as tf
+
+    rng = np.random.default_rng(seed)
+    n_predict = max(1, round(seq * 85 / 512))
+    perm = np.zeros((batch, seq, seq), np.float32)
+    tm = np.zeros((batch, n_predict, seq), np.float32)
+    for i in range(batch):
+        rank = np.argsort(rng.permutation(seq))
+        perm[i] = rank[None, :] >= rank[:, None]  # i may not attend to j unless j comes earlier in the order
+        tm[i, np.arange(n_predict), rng.choice(seq, n_predict, replace=False)] = 1.0
+    return {"perm_mask": tf.constant(perm), "target_mapping": tf.constant(tm)}
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("variants", nargs="+", help="NAME=VALUE[,NAME=VALUE] settings of xlnet_tf.layers, or 'base'")
-    p.add_argument("--mode", choices=("infer", "train"), default="infer")
+    p.add_argument("--mode", choices=("infer", "train", "pretrain"), default="infer")
     p.add_argument("--shape", default="8x128", help="batch x seq")
     p.add_argument("--reps", type=int, default=9)
     p.add_argument("--n-layer", type=int, default=BASE["n_layer"])
@@ -75,14 +94,15 @@ def main(argv=None):
             if module_of(name) is None:
                 raise SystemExit(f"variant {v!r}: neither xlnet_tf.layers nor xlnet_tf.modeling has a switch "
                                  f"{name!r}")
-    train = args.mode == "train"
+    train = args.mode in ("train", "pretrain")
     rate = 0.1 if train else 0.0
     cfg = XLNetConfig(**dict(BASE, n_layer=args.n_layer), ff_activation="gelu", untie_r=True, dropout=rate,
                       dropatt=rate)
     keras.utils.set_random_seed(0)
     model = XLNetModel(cfg, seed=0)
     ids, seg, mask = (tf.constant(x, tf.int32) for x in _inputs(batch, seq, cfg.n_token))
-    unused = {id(model.mask_emb), id(model.lm_bias)}
+    two_stream = _two_stream(batch, seq) if args.mode == "pretrain" else {}
+    unused = {id(model.lm_bias)} | (set() if two_stream else {id(model.mask_emb)})
     tvars = [v for v in model.trainable_variables if id(v) not in unused]
 
     def make(settings):
@@ -91,8 +111,10 @@ def main(argv=None):
             if not train:
                 return model(ids, segment_ids=seg, padding_mask=mask, training=False)["sequence_output"]
             with tf.GradientTape() as tape:
-                h = model(ids, segment_ids=seg, padding_mask=mask, training=True)["sequence_output"]
-                loss = tf.reduce_mean(tf.square(h))
+                out = model(ids, segment_ids=seg, padding_mask=mask, training=True, **two_stream)
+                loss = tf.reduce_mean(tf.square(out["sequence_output"]))
+                if two_stream:
+                    loss += tf.reduce_mean(tf.square(out["query_output"]))
             grads = tape.gradient(loss, tvars)
             # every gradient is an output, so none of the backward is pruned
             return tf.stack([tf.reduce_sum(tf.square(tf.convert_to_tensor(g))) for g in grads])

@@ -93,6 +93,20 @@ def test_kernel_errors_name_the_shapes():
         call((1, 4, 2, 16), (1, 4, 2, 16), r=4, index=[0, 1, 7, 2])
 
 
+def two_stream_inputs(b, q, n_predict=3, seed=2):
+    """perm_mask (random factorisation order) and target_mapping (one-hot rows, the last one all zero)."""
+    rng = np.random.default_rng(seed)
+    perm = np.zeros((b, q, q), np.float32)
+    for i in range(b):
+        order = rng.permutation(q)
+        rank = np.argsort(order)
+        perm[i] = rank[None, :] >= rank[:, None]  # i may not see j unless j comes earlier in the order
+    tm = np.zeros((b, n_predict, q), np.float32)
+    for i in range(b):
+        tm[i, np.arange(n_predict - 1), rng.choice(q, n_predict - 1, replace=False)] = 1.0
+    return dict(perm_mask=tf.constant(perm), target_mapping=tf.constant(tm))
+
+
 def small_model(**run):
     run = {"dropout": 0.1, "dropatt": 0.1, **run}
     cfg = XLNetConfig(n_layer=2, d_model=64, n_head=4, d_head=16, d_inner=128, n_token=50, ff_activation="gelu",
@@ -110,9 +124,13 @@ def op_types(fn, *args):
 
 
 @needs_kernel
-@pytest.mark.parametrize("run", [dict(), dict(mem_len=5), dict(attn_type="uni", same_length=True, mem_len=4)])
+@pytest.mark.parametrize("run", [dict(), dict(mem_len=5), dict(attn_type="uni", same_length=True, mem_len=4),
+                                 dict(two_stream=True)])
 def test_model_same_outputs_with_and_without_kernel(run, monkeypatch):
-    """Whole model, inference, segments + left padding (+ memory): the kernel's forward equals the graph's."""
+    """Whole model, inference, segments + left padding (+ memory, + the query stream with perm_mask and
+    target_mapping): the kernel's forward equals the graph's."""
+    run = dict(run)
+    two_stream = run.pop("two_stream", False)
     model = small_model(**run)
     rng = np.random.default_rng(0)
     ids = tf.constant(rng.integers(0, 50, (4, 12)), tf.int32)
@@ -123,13 +141,18 @@ def test_model_same_outputs_with_and_without_kernel(run, monkeypatch):
     outs, graphs = {}, {}
     for fused in (False, True):
         monkeypatch.setattr(layers, "FUSED_ATTENTION", fused)
-        fn = tf.function(lambda: model(ids, segment_ids=seg, padding_mask=tf.constant(mask), mems=mems))
+        kw = two_stream_inputs(4, 12) if two_stream else {}
+        fn = tf.function(lambda: model(ids, segment_ids=seg, padding_mask=tf.constant(mask), mems=mems, **kw))
         graphs[fused] = op_types(fn)
         outs[fused] = fn()
     assert "XlnetRelAttention" in graphs[True] and "XlnetRelAttention" not in graphs[False]
     h = outs[True]["sequence_output"].numpy()
     assert np.std(h) > 0.3
     np.testing.assert_allclose(h, outs[False]["sequence_output"].numpy(), atol=1e-5, rtol=0)
+    if two_stream:
+        g = outs[True]["query_output"].numpy()
+        assert np.std(g) > 0.3
+        np.testing.assert_allclose(g, outs[False]["query_output"].numpy(), atol=1e-5, rtol=0)
     for a, b in zip(outs[True].get("new_mems", []), outs[False].get("new_mems", [])):
         np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5, rtol=0)
 
@@ -137,7 +160,7 @@ def test_model_same_outputs_with_and_without_kernel(run, monkeypatch):
 @needs_kernel
 def test_kernel_only_where_it_may_run(monkeypatch):
     """Training uses the training pair of ops (never the inference op, which has no gradient: also with dropout
-    0, where no seed is drawn); the query stream, XLA-compiled functions and SavedModel tracing use TensorFlow's
+    0, where no seed is drawn); bi_data, XLA-compiled functions, SavedModel tracing and bfloat16 use TensorFlow's
     ops."""
     monkeypatch.setattr(layers, "FUSED_ATTENTION", True)
     model = small_model()
@@ -162,7 +185,10 @@ def test_kernel_only_where_it_may_run(monkeypatch):
     assert float(tf.reduce_sum(tf.abs(grads(True)))) > 0
     with pytest.raises(ValueError, match="has no gradient.*training=True"):
         grads(False)
-    assert not uses_any(tf.function(lambda: model(ids, perm_mask=perm, target_mapping=tm)["query_output"]))
+    two = op_types(tf.function(lambda: model(ids, perm_mask=perm, target_mapping=tm)["query_output"]))
+    assert "XlnetRelAttention" in two  # both streams: the query stream at the target positions
+    bi_data = small_model(bi_data=True)
+    assert not uses_any(tf.function(lambda: bi_data(ids)["sequence_output"]))
     with layers.portable_graph():
         assert not uses_any(tf.function(lambda: model(ids)["sequence_output"]))
         assert not uses_any(tf.function(lambda: model(ids, training=True)["sequence_output"]))
@@ -236,6 +262,7 @@ def test_saved_models_never_contain_the_kernel(tmp_path, monkeypatch):
     (dict(attn_type="uni", same_length=True, mem_len=4), 0),
     (dict(dropout=0.0, dropatt=0.0), 0),                           # training without dropout (no seed)
     (dict(untie_r=False), 0),                                     # biases shared by the layers
+    (dict(two_stream=True), 0), (dict(two_stream=True, mem_len=3), 5),  # query stream: perm_mask, targets
 ])
 @pytest.mark.parametrize("segments", [True, False])
 def test_training_kernels_same_outputs_and_gradients(run, chunk, segments, monkeypatch):
@@ -244,6 +271,7 @@ def test_training_kernels_same_outputs_and_gradients(run, chunk, segments, monke
     monkeypatch.setattr(layers, "ATTN_CHUNK", chunk)
     cfg = dict(run)
     untie = cfg.pop("untie_r", True)
+    two_stream = cfg.pop("two_stream", False)
     model = small_model(**cfg)
     if not untie:
         model = XLNetModel(XLNetConfig(n_layer=2, d_model=64, n_head=4, d_head=16, d_inner=128, n_token=50,
@@ -260,7 +288,8 @@ def test_training_kernels_same_outputs_and_gradients(run, chunk, segments, monke
     for fused in (False, True):
         monkeypatch.setattr(layers, "FUSED_ATTENTION", fused)
         model.dropout_seed.assign([7, 0])
-        step = tf.function(lambda: _model_step_graph(model, ids, seg, tf.constant(mask), mems))
+        kw = two_stream_inputs(b, q) if two_stream else {}
+        step = tf.function(lambda: _model_step_graph(model, ids, seg, tf.constant(mask), mems, **kw))
         graphs[fused] = op_types(step)
         results[fused] = step()
     assert "XlnetRelAttentionGrad" in graphs[True] and "XlnetRelAttentionTrain" in graphs[True]
@@ -278,10 +307,15 @@ def test_training_kernels_same_outputs_and_gradients(run, chunk, segments, monke
             np.testing.assert_allclose(c, a, atol=2e-5 * scale, rtol=0, err_msg=name)
 
 
-def _model_step_graph(model, ids, seg, mask, mems):
+def _model_step_graph(model, ids, seg, mask, mems, **kw):
+    """Outputs and gradients of a training forward, loss mean(h^2) (+ mean(g^2) with the query stream)."""
     with tf.GradientTape() as tape:
-        h = model(ids, segment_ids=seg, padding_mask=mask, mems=mems, training=True)["sequence_output"]
+        out = model(ids, segment_ids=seg, padding_mask=mask, mems=mems, training=True, **kw)
+        h = out["sequence_output"]
         loss = tf.reduce_mean(tf.square(h))
+        if "query_output" in out:
+            h = tf.concat([h, out["query_output"]], axis=1)
+            loss += tf.reduce_mean(tf.square(out["query_output"]))
     return h, tape.gradient(loss, model.trainable_variables)
 
 

@@ -629,43 +629,39 @@ class XLNetBlock(keras.layers.Layer):
         """x [b, s, d_model] @ kernel -> [b, s, n, h] (no transpose)."""
         return self._head_view(self._matmul_2d(x, self._kernel_2d(kernel)))
 
-    def _fused_content_attention(self, op, h, cat, basis: PositionalBasis, ef_diff, blocked):
-        """The content stream's attention through the compiled kernel: [b, q, n*h] (see ``FUSED_ATTENTION``).
-        The op combines the factored positional tables itself (no gathered [r, n*h] tensor)."""
-        c = self.config
-        none = tf.zeros([0, 0, 0], tf.bool)
-        from_sin, from_cos = self._positional_tables(basis, h.dtype)
-        vec = op.xlnet_rel_attention(
-            self._heads_in_place(h, self.q), self._heads_in_place(cat, self.k), self._heads_in_place(cat, self.v),
-            from_sin, from_cos, basis.index[0], tf.cast(basis.sign[0], h.dtype),
-            self._w(self.r_w_bias), self._w(self.r_r_bias), self._w(self.r_s_bias), self._w(self.seg_embed),
-            none if ef_diff is None else ef_diff, none if blocked is None else blocked, scale=self.scale)
-        shape = tf.shape(vec)
-        return tf.reshape(vec, tf.stack([shape[0], shape[1], c.n_head * c.d_head]))
+    def _fused_positions(self, pos_emb, dtype, training: bool):
+        """What the kernels read of the positional encodings: at inference the factored tables (from_sin,
+        from_cos, index, sign; the op combines them, no gathered [r, n*h] tensor), in training the projected rows
+        [r, n*h] (the training forward keeps the [pb, r, d] encodings, which dropout may have touched)."""
+        if training:
+            return tf.squeeze(self._positional_rows(pos_emb, dtype), 0)
+        from_sin, from_cos = self._positional_tables(pos_emb, dtype)
+        return from_sin, from_cos, pos_emb.index[0], tf.cast(pos_emb.sign[0], dtype)
 
-    def _fused_content_attention_train(self, op, h, cat, pos_emb, ef_diff, blocked, seed, salt):
-        """The content stream's attention in a training step through the compiled kernels: [b, q, n*h].
-        The forward op also returns the probabilities; the backward op computes every gradient from them. The
-        attention-dropout mask is drawn exactly as the graph path draws it (per query chunk, same salts)."""
+    def _fused_attention(self, op, q, k, v, pos, ef_diff, blocked, seed, salt, training: bool):
+        """Relative attention through the compiled kernels (see ``FUSED_ATTENTION``): q [b, q, n, h] over k, v
+        [b, k, n, h] -> [b, q, n, h]; ``pos`` from ``_fused_positions``. At inference one op. In training the
+        forward op also returns the probabilities and the backward op computes every gradient from them; the
+        attention-dropout mask is drawn exactly as ``_attend`` draws it (per query chunk, the same salts)."""
         c = self.config
         none = tf.zeros([0, 0, 0], tf.bool)
-        q, k, v = (self._heads_in_place(x, w) for x, w in ((h, self.q), (cat, self.k), (cat, self.v)))
-        kr = tf.squeeze(self._positional_rows(pos_emb, h.dtype), 0)  # [r, n*h]
+        diff = none if ef_diff is None else ef_diff
+        blocked = none if blocked is None else blocked
+        rw, rr = self._w(self.r_w_bias), self._w(self.r_r_bias)
+        rs, seg = self._w(self.r_s_bias), self._w(self.seg_embed)
+        if not training:
+            return op.xlnet_rel_attention(q, k, v, *pos, rw, rr, rs, seg, diff, blocked, scale=self.scale)
         keep = tf.zeros([0, 0, 0, 0], tf.bool)
         if seed is not None and c.dropatt > 0.0:
             shape = tf.shape(q)
             klen = tf.shape(k)[1]
-            qlen = q.shape[1]
-            chunks = (query_chunks(qlen) if c.attn_type == "bi" else None) or [(0, None)]
+            chunks = (query_chunks(q.shape[1]) if c.attn_type == "bi" else None) or [(0, None)]
             keep = tf.concat([_keep_mask_xla(tf.stack([shape[0], c.n_head, (i1 if i1 else shape[1]) - i0, klen]),
                                              _site(seed, salt if i == 0 else salt + 1000 * i), c.dropatt)
                               for i, (i0, i1) in enumerate(chunks)], axis=2)
-        diff = none if ef_diff is None else ef_diff
-        blocked = none if blocked is None else blocked
         attrs = dict(scale=self.scale, keep_scale=1.0 / (1.0 - c.dropatt))
-        seg_args = (self._w(self.r_s_bias), self._w(self.seg_embed))
         if ef_diff is None:  # no segment term: r_s and seg_embed are not used (no gradient, as in the graph)
-            seg_args = tuple(tf.stop_gradient(x) for x in seg_args)
+            rs, seg = tf.stop_gradient(rs), tf.stop_gradient(seg)
 
         @tf.custom_gradient
         def attend(q, k, v, kr, rw, rr, rs, seg):
@@ -677,9 +673,12 @@ class XLNetBlock(keras.layers.Layer):
 
             return out, grad
 
-        vec = attend(q, k, v, kr, self._w(self.r_w_bias), self._w(self.r_r_bias), *seg_args)
-        shape = tf.shape(vec)
-        return tf.reshape(vec, tf.stack([shape[0], shape[1], c.n_head * c.d_head]))
+        return attend(q, k, v, pos, rw, rr, rs, seg)
+
+    def _merge_heads(self, x):
+        """[b, s, n, h] -> [b, s, n*h] (a reshape, no copy)."""
+        shape = tf.shape(x)
+        return tf.reshape(x, tf.stack([shape[0], shape[1], self.config.n_head * self.config.d_head]))
 
     def _attend(self, q_head, k_head, v_head, kr, ef_diff, blocked, seed, salt):
         """Relative attention for queries q_head [b, n, q, h] over keys/values [b, n, k, h]: [b, n, q, h].
@@ -739,11 +738,7 @@ class XLNetBlock(keras.layers.Layer):
     def _post_attention(self, x, attn_vec, seed, salt):
         """attn_vec [b, n, q, h] (or [b, q, n*h]) -> output projection, dropout, residual, LayerNorm: [b, q, d]."""
         c = self.config
-        vec = attn_vec
-        if len(attn_vec.shape) == 4:
-            vec = tf.transpose(attn_vec, [0, 2, 1, 3])
-            shape = tf.shape(vec)
-            vec = tf.reshape(vec, tf.stack([shape[0], shape[1], c.n_head * c.d_head]))
+        vec = self._merge_heads(tf.transpose(attn_vec, [0, 2, 1, 3])) if len(attn_vec.shape) == 4 else attn_vec
         out = self._matmul_2d(vec, self._kernel_2d(self.o), transpose_b=True)
         return dropout_add_layer_norm(out, x, self.attn_ln_gamma, self.attn_ln_beta, c.layer_norm_eps,
                                       c.dropout, seed, salt)
@@ -770,35 +765,37 @@ class XLNetBlock(keras.layers.Layer):
         """
         cat = h if mem is None else tf.concat([tf.cast(mem, h.dtype), h], axis=1)
         c = self.config
-        # The inference op has no gradient: training (also with dropout 0, where seed is None) uses the training
-        # pair (forward + backward op).
-        fusable = g is None and not c.bi_data and (training or isinstance(pos_emb, PositionalBasis))
+        # The kernels (see FUSED_ATTENTION): the inference op has no gradient, so training (also with dropout 0,
+        # where seed is None) uses the training pair.
+        fusable = not c.bi_data and (training or isinstance(pos_emb, PositionalBasis))
         op = fused_attention_op(c.d_head, h.dtype) if fusable else None
         if op is not None:
-            if training:
-                vec_h = self._fused_content_attention_train(op, h, cat, pos_emb, ef_diff, content_blocked, seed, 1)
-            else:
-                vec_h = self._fused_content_attention(op, h, cat, pos_emb, ef_diff, content_blocked)
-            return self._ffn(self._post_attention(h, vec_h, seed, 2), seed, 3), None
-        k_head = self._heads(cat, self.k)  # [b, n, k, h]
-        v_head = self._heads(cat, self.v)
-        kr = self._positional_heads(pos_emb, h.dtype)  # [pb, n, r, h]
-
-        q_head_h = self._heads(h, self.q)
-        vec_h = self._attend(q_head_h, k_head, v_head, kr, ef_diff, content_blocked, seed, 1)
+            k_in, v_in = self._heads_in_place(cat, self.k), self._heads_in_place(cat, self.v)  # [b, k, n, h]
+            pos = self._fused_positions(pos_emb, h.dtype, training)
+            attend = lambda q, blocked, salt: self._fused_attention(op, q, k_in, v_in, pos, ef_diff, blocked, seed,
+                                                                    salt, training)
+            vec_h = self._merge_heads(attend(self._heads_in_place(h, self.q), content_blocked, 1))
+        else:
+            k_head = self._heads(cat, self.k)  # [b, n, k, h]
+            v_head = self._heads(cat, self.v)
+            kr = self._positional_heads(pos_emb, h.dtype)  # [pb, n, r, h]
+            attend = lambda q, blocked, salt: self._attend(q, k_head, v_head, kr, ef_diff, blocked, seed, salt)
+            vec_h = attend(self._heads(h, self.q), content_blocked, 1)
         out_h = self._post_attention(h, vec_h, seed, 2)
         out_h = self._ffn(out_h, seed, 3)
 
         out_g = None
         if g is not None:
-            q_head_g = self._heads(g, self.q)  # [b, n, m, h]
-            if target_mapping is not None:
+            # Query rows: [b, m, n, h] with the kernels, [b, n, m, h] for the graph's ops (heads axis first).
+            q_g = self._heads_in_place(g, self.q) if op is not None else self._heads(g, self.q)
+            rows = "bmnh" if op is not None else "bnmh"
+            to_pos = rows.replace("m", "l")
+            if target_mapping is not None:  # attend at the target positions, then gather the targets' rows
                 tm = tf.cast(target_mapping, h.dtype)
-                q_head_g = tf.einsum("bnmh,bml->bnlh", q_head_g, tm)
-                vec_g = self._attend(q_head_g, k_head, v_head, kr, ef_diff, query_blocked, seed, 5)
-                vec_g = tf.einsum("bnlh,bml->bnmh", vec_g, tm)
+                vec_g = attend(tf.einsum(f"{rows},bml->{to_pos}", q_g, tm), query_blocked, 5)
+                vec_g = tf.einsum(f"{to_pos},bml->{rows}", vec_g, tm)
             else:
-                vec_g = self._attend(q_head_g, k_head, v_head, kr, ef_diff, query_blocked, seed, 5)
-            out_g = self._post_attention(g, vec_g, seed, 6)
+                vec_g = attend(q_g, query_blocked, 5)
+            out_g = self._post_attention(g, self._merge_heads(vec_g) if op is not None else vec_g, seed, 6)
             out_g = self._ffn(out_g, seed, 7)
         return out_h, out_g
