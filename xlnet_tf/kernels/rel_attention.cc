@@ -729,9 +729,12 @@ class RelAttentionGradOp : public OpKernel {
     GradOutputs g{outs[0]->flat<float>().data(), outs[1]->flat<float>().data(), outs[2]->flat<float>().data(),
                   outs[3]->flat<float>().data(), outs[4]->flat<float>().data(), outs[5]->flat<float>().data(),
                   outs[6]->flat<float>().data(), outs[7]->flat<float>().data()};
-    for (int o = 0; o < 8; ++o) std::fill(outs[o]->flat<float>().data(),
-                                          outs[o]->flat<float>().data() + outs[o]->NumElements(), 0.0f);
-    if (ctx->input(1).NumElements() == 0 || p.kl == 0) return;
+    if (ctx->input(1).NumElements() == 0 || p.kl == 0) {  // nothing attended: every gradient is 0
+      for (int o = 0; o < 8; ++o) std::fill(outs[o]->flat<float>().data(),
+                                            outs[o]->flat<float>().data() + outs[o]->NumElements(), 0.0f);
+      return;
+    }
+    // Otherwise backward_head writes every element of every output (rows of dkr past what a tile reads as 0).
     const float* krp = kr.flat<float>().data();
     const float* doutp = dout.flat<float>().data();
     const float* probp = prob.flat<float>().data();
