@@ -153,7 +153,11 @@ def worker(spec: dict) -> None:
         times.append(time.perf_counter() - t)
         loads.append(os.getloadavg()[0])
     mem = tf.config.experimental.get_memory_info(device)
-    out = {"device": device, "rss_import_mb": rss_import, "rss_built_mb": rss_built, "rss_ready_mb": rss_ready,
+    from xlnet_tf import layers  # did the step run the compiled attention kernels? (the estimate models them)
+
+    fused = (spec["jit"] is not True and spec["precision"] == "float32" and not spec["shape"].get("bi_data")
+             and layers.fused_attention_op(spec["shape"]["d_head"], tf.float32) is not None)
+    out = {"device": device, "fused_attention": bool(fused), "rss_import_mb": rss_import, "rss_built_mb": rss_built, "rss_ready_mb": rss_ready,
            "rss_maxrss_mb": max(rss_maxrss_warm, _status_mb("VmHWM")), "rss_steady_peak_mb": _status_mb("VmHWM"),
            "alloc_built_bytes": alloc_built, "alloc_peak_bytes": mem["peak"], "alloc_current_bytes": mem["current"],
            "build_s": build_s, "warmup_s": warm, "times_s": times, "load1": loads,
@@ -193,7 +197,7 @@ def run_worker(spec: dict, log) -> dict:
     raise RuntimeError(f"worker {spec} failed (rc={proc.returncode}); see the worker log")
 
 
-def predict(spec: dict, cpu: bool = True) -> dict:
+def predict(spec: dict, cpu: bool = True, fused_attention: bool = False) -> dict:
     sys.path.insert(0, ROOT)
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.memory import estimate
@@ -202,7 +206,7 @@ def predict(spec: dict, cpu: bool = True) -> dict:
     ntl = spec["num_trainable_layers"]
     return estimate(cfg, spec["seq"], spec["batch"], spec["precision"], spec["recompute"],
                     None if ntl < 0 else ntl, spec["grad_accum_steps"], head="classification", num_labels=2,
-                    jit=spec["jit"] is True, cpu=cpu)
+                    jit=spec["jit"] is True, cpu=cpu, fused_attention=fused_attention)
 
 
 MB = 2.0 ** 20
@@ -343,7 +347,8 @@ def main(argv=None):
             if "estimate_at_run_mib" not in row:
                 row["estimate_at_run_mib"] = row["estimate_mib"]
                 row["estimate_at_run_error_pct"] = row["estimate_error_pct"]
-            set_estimate(row, predict(row["spec"], cpu=row.get("device", "CPU:0").startswith("CPU")))
+            set_estimate(row, predict(row["spec"], cpu=row.get("device", "CPU:0").startswith("CPU"),
+                                      fused_attention=row["runs"][0].get("fused_attention", False)))
         with open(args.render, "w") as f:
             json.dump(result, f, indent=1)
         print_table(result["rows"])
@@ -388,7 +393,8 @@ def main(argv=None):
                     runs.append(run_worker(spec, log))
                 except RuntimeError as e:
                     print(f"    FAILED: {e}", flush=True)
-            est = predict(spec, cpu=not runs or runs[0].get("device", "CPU:0").startswith("CPU"))
+            est = predict(spec, cpu=not runs or runs[0].get("device", "CPU:0").startswith("CPU"),
+                          fused_attention=bool(runs) and runs[0].get("fused_attention", False))
             if not runs:
                 failed.append({"config": name, "label": label, "spec": spec, "estimate_mib": est["total"] / MB,
                                "error": f"worker failed, see {os.path.relpath(log_path, ROOT)}"})

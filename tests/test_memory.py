@@ -15,6 +15,7 @@ import sys
 import numpy as np
 import pytest
 
+from xlnet_tf import memory
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.memory import (backbone_param_counts, block_activations, block_param_count, estimate,
                              head_param_count, main, trainable_param_counts)
@@ -253,3 +254,28 @@ def test_cli_subprocess():
                             "print('tensorflow' in sys.modules)"], cwd=ROOT, capture_output=True, text=True,
                            timeout=120)
     assert check.stdout.strip() == "False"
+
+
+def test_fused_attention_keeps_fewer_score_tensors(monkeypatch, tmp_path):
+    """The compiled attention kernels keep the probabilities and a bool mask per block (no dropped probabilities,
+    no biased queries) and need no score-sized workspace; they apply only to CPU graph mode in float32 with a
+    built library."""
+    cfg = XLNetConfig.base()
+    plain = estimate(cfg, 512, 2, jit=False, cpu=True)
+    fused = estimate(cfg, 512, 2, jit=False, cpu=True, fused_attention=True)
+    score, bqd = 2 * 12 * 512 * 512, 2 * 512 * 768
+    # dropped probabilities (4 bytes) and two of the five [b, len, n*h] query/key tensors are gone
+    assert plain["activations_per_block"] - fused["activations_per_block"] == score * 4 + 2 * bqd * 4
+    # no score-sized temporaries: the gradient op's outputs (dq, dk, dv, dkr) and three [b, q, d] gradients
+    assert fused["workspace_items"]["forward"] == 0 and fused["workspace_items"]["backward_attention"] == 7 * bqd * 4
+    assert fused["step_peak"] < plain["step_peak"] and fused["fused_attention"]
+    lib = tmp_path / "_rel_attention.so"
+    monkeypatch.setattr(memory, "KERNEL_LIBRARY", str(lib))
+    assert not memory.fused_attention_applies(cfg, "float32", jit=False, cpu=True)   # not built
+    lib.write_bytes(b"")
+    assert memory.fused_attention_applies(cfg, "float32", jit=False, cpu=True)
+    assert not memory.fused_attention_applies(cfg, "float32", jit=True, cpu=True)    # whole-step XLA
+    assert not memory.fused_attention_applies(cfg, "mixed_bfloat16", jit=False, cpu=True)
+    assert not memory.fused_attention_applies(cfg, "float32", jit=False, cpu=False)  # GPU/TPU
+    monkeypatch.setenv("XLNET_TF_FUSED_ATTENTION", "0")
+    assert not memory.fused_attention_applies(cfg, "float32", jit=False, cpu=True)

@@ -38,14 +38,19 @@ The model (one replica, one optimizer update of ``batch`` examples, ``grad_accum
   dropped probabilities                          [b, n, q, k]           operand of prob.v
   attention vector                               [b, q, n*d_head]       operand of the o projection
   2 output-dropout draws (attention, FFN)        2 x [b, q, d]          dropout gradients
-  LayerNorm inputs and outputs (2 LNs)           4 x [b, q, d]          LN gradient (XLA recomputes x-mean etc.
-                                                                        from the input; TF graph mode also keeps
-                                                                        3 float32 intermediates per LN)
+  LayerNorm inputs and outputs (2 LNs)           4 x [b, q, d]          LN gradient (with the row mean and 1/std)
   FFN pre-activation, tanh(.), dropout draws,    4 x [b, q, d_inner]    GELU (tanh form) gradient, dropout,
-  dropped activation                                                    operand of layer_2 (graph mode: also
-                                                                        0.5x and 1+tanh)
+  dropped activation                                                    operand of layer_2 (graph mode: no tanh,
+                                                                        the GELU gradient cluster recomputes it)
   mixed precision: compute-dtype weight copies   q,k,v,o,ff1,ff2        d(input) = d(out).W^T needs the cast W
   ============================================  =====================  =========================================
+
+  With the compiled attention kernels (``fused_attention``: CPU, graph mode, float32; see
+  ``fused_attention_applies``) the attention keeps q, k, v as projected [b, len, n*d_head], kr [r, n*d_head], the
+  float32 probabilities and a bool keep mask: no biased queries, no dropped probabilities, and no score-sized
+  workspace. Calibration (Base, seq 512, batch 2, float32, ``--jit=update``, session 8): allocator peak 2430 MiB
+  with the kernels vs 2426 estimated (-0.2%), 2895 without vs 2835 (-2.1%); with --recompute 2398 / 2354
+  measured vs 1978 estimated (-17.5% / -16.0%: the graph-mode recompute peak is not modelled yet).
 
   Once per step: the dropped positional encodings [r, d] (operand of W_r's gradient), the embedding output and
   dropout draws, the boolean segment/attention masks [b, q, k], the head's activations.
@@ -96,6 +101,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
@@ -205,13 +211,16 @@ def _bytes_per(precision: str) -> int:
 
 
 def block_activations(c: XLNetConfig, seq_len: int, batch: int, precision: str, jit: bool = True,
-                      segments: bool = True, cpu: bool = False) -> List[Tuple[str, int, str]]:
+                      segments: bool = True, cpu: bool = False,
+                      fused_attention: bool = False) -> List[Tuple[str, int, str]]:
     """[(name, bytes, part)] kept for the backward pass by ONE trainable block (content stream, no memory).
 
     ``part``: "score" ([b,n,q,k] tensors, consumed first in the attention backward), "ffn" (the FFN half,
     freed before the attention backward starts) or "attn" (the rest). ``cpu`` with ``jit`` and a mixed
     precision: XLA:CPU has no native 16-bit matmuls and upcasts them, so activations are kept as float32
-    (measured); the 16-bit weight copies remain."""
+    (measured); the 16-bit weight copies remain. ``fused_attention``: the compiled training kernels
+    (``xlnet_tf/kernels``; CPU, graph mode, float32) keep q, k, v as projected, the probabilities and the bool
+    keep mask, and no biased queries, transposed heads or dropped probabilities."""
     mixed = precision != "float32"
     a = 4 if (cpu and jit) else _bytes_per(precision)
     w = _bytes_per(precision)
@@ -225,29 +234,35 @@ def block_activations(c: XLNetConfig, seq_len: int, batch: int, precision: str, 
     drop, datt = c.dropout > 0, c.dropatt > 0
     mask_b = a if jit else 1                                 # XLA keeps the uniform draws, graph mode a bool mask
     pb = 2 if c.bi_data else 1
-    items = [
-        ("q+r_w_bias, q+r_r_bias" + (", q+r_s_bias" if segments else "") + " [b,n,q,dh]",
-         (3 if segments else 2) * bqh * a, "attn"),
-        ("k_head, v_head [b,n,k,dh]", 2 * bkh * a, "attn"),
-        ("kr = R.W_r [n,r,dh]", pb * c.n_head * r * c.d_head * a, "attn"),
-        ("softmax output [b,n,q,k] (float32)", score * 4, "score"),
-    ]
-    if datt:
-        items += [("attention dropout draws/mask [b,n,q,k]", score * mask_b, "score"),
-                  ("dropped probabilities [b,n,q,k]", score * a, "score")]
-    elif mixed:
-        items.append(("probabilities cast to compute dtype [b,n,q,k]", score * a, "score"))
+    if fused_attention:  # the kernels apply the keep mask inside: no dropped (or cast) probabilities
+        items = [("q, k, v [b,len,n*dh] (kernel operands)", (bqh + 2 * bkh) * a, "attn"),
+                 ("kr = R.W_r [r,n*dh]", r * hd * a, "attn"),
+                 ("probabilities [b,n,q,k] (float32)", score * 4, "score")]
+        if datt:
+            items.append(("attention dropout mask [b,n,q,k] (bool)", score, "score"))
+    else:
+        items = [
+            ("q+r_w_bias, q+r_r_bias" + (", q+r_s_bias" if segments else "") + " [b,n,q,dh]",
+             (3 if segments else 2) * bqh * a, "attn"),
+            ("k_head, v_head [b,n,k,dh]", 2 * bkh * a, "attn"),
+            ("kr = R.W_r [n,r,dh]", pb * c.n_head * r * c.d_head * a, "attn"),
+            ("softmax output [b,n,q,k] (float32)", score * 4, "score"),
+        ]
+        if datt:
+            items += [("attention dropout draws/mask [b,n,q,k]", score * mask_b, "score"),
+                      ("dropped probabilities [b,n,q,k]", score * a, "score")]
+        elif mixed:
+            items.append(("probabilities cast to compute dtype [b,n,q,k]", score * a, "score"))
     items.append(("attention vector [b,q,n*dh]", bqh * a, "attn"))
     if drop:
         items += [("attention-out dropout draws/mask [b,q,d]", bqd * mask_b, "attn"),
                   ("FFN-out dropout draws/mask [b,q,d]", bqd * mask_b, "ffn")]
     items += [("attention LayerNorm input + output 2x[b,q,d]", 2 * bqd * a, "attn"),
               ("FFN LayerNorm input + output 2x[b,q,d]", 2 * bqd * a, "ffn")]
-    if not jit:
-        items += [("attention LayerNorm float32 intermediates 3x[b,q,d]", 3 * bqd * 4, "attn"),
-                  ("FFN LayerNorm float32 intermediates 3x[b,q,d]", 3 * bqd * 4, "ffn")]
-    gelu = 2 if jit else 4                                   # pre-activation + tanh (graph: also 0.5x, 1+tanh)
-    items.append((f"FFN pre-activation + GELU internals {gelu}x[b,q,d_inner]", gelu * ffn * a, "ffn"))
+    # Graph mode keeps no LayerNorm intermediates (its hand-written gradient needs the input, the row mean and
+    # 1/std) and only the GELU's pre-activation (``gelu_dropout_train``); whole-step XLA keeps tanh(.) too.
+    gelu = 2 if jit else 1
+    items.append((f"FFN pre-activation{' + tanh' if jit else ''} {gelu}x[b,q,d_inner]", gelu * ffn * a, "ffn"))
     if drop:
         items += [("FFN dropout draws/mask [b,q,d_inner]", ffn * mask_b, "ffn"),
                   ("dropped FFN activation [b,q,d_inner]", ffn * a, "ffn")]
@@ -277,8 +292,10 @@ def head_activations(c: XLNetConfig, seq_len: int, batch: int, precision: str, h
 
 
 def workspace(c: XLNetConfig, seq_len: int, batch: int, precision: str, jit: bool = True,
-              cpu: bool = False) -> Dict[str, int]:
-    """Temporaries never kept: the largest transient of a block's forward and of its backward."""
+              cpu: bool = False, fused_attention: bool = False) -> Dict[str, int]:
+    """Temporaries never kept: the largest transient of a block's forward and of its backward. With
+    ``fused_attention`` the attention's scores never leave the kernels' cache tiles: no score-sized
+    temporaries, only the gradient op's outputs (dq, dk, dv, dkr)."""
     mixed = precision != "float32" and not (cpu and jit)
     a = 4 if (cpu and jit) else _bytes_per(precision)
     b, q = batch, seq_len
@@ -295,19 +312,35 @@ def workspace(c: XLNetConfig, seq_len: int, batch: int, precision: str, jit: boo
     attn = bd * a + 3 * score * a + 3 * bqd * a
     if not jit:
         attn += score * 4                                    # graph mode: float32 softmax gradient alongside
+    if fused_attention:
+        fwd, attn = 0, 4 * bqd * a + 3 * bqd * a
     return {"forward": fwd, "backward_attention": attn, "backward_ffn": 3 * ffn * a + 3 * bqd * a}
 
 
 # ====================================================================== the estimate
+KERNEL_LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "_rel_attention.so")
+
+
+def fused_attention_applies(c: XLNetConfig, precision: str, jit: bool, cpu: bool) -> bool:
+    """Whether a training step would run the compiled attention kernels (``layers.FUSED_ATTENTION``): a CPU
+    host, graph mode (the trainer's --jit=update or false), float32, no bi_data, d_head a multiple of 16 and
+    a built library (its stamp is checked only when TensorFlow loads it: an outdated build falls back to the
+    TensorFlow ops, which keep more)."""
+    return (cpu and not jit and precision == "float32" and not c.bi_data and c.d_head % 16 == 0
+            and os.path.exists(KERNEL_LIBRARY)
+            and os.environ.get("XLNET_TF_FUSED_ATTENTION", "1").lower() not in ("0", "false", "no", "off"))
+
+
 def estimate(config: Union[XLNetConfig, str, dict], seq_len: int, batch: int, precision: str = "float32",
              recompute: bool = False, num_trainable_layers: Optional[int] = None, grad_accum_steps: int = 1,
              optimizer: str = "adamw", head: str = "classification", num_labels: int = 2,
              head_hidden_sizes: Sequence[int] = (), answer_class_hidden_sizes: Sequence[int] = (),
              jit: bool = True, segments: bool = True, rng_hoisting: Optional[bool] = None,
-             cpu: bool = False) -> Dict:
+             cpu: bool = False, fused_attention: bool = False) -> Dict:
     """Estimated training memory of one replica. ``batch`` = examples per optimizer update (per replica);
     each of the ``grad_accum_steps`` micro-batches holds ``ceil(batch / grad_accum_steps)``. Returns a dict of
-    bytes (see the module docstring for the model); ``total`` = parameters + optimizer state + step peak."""
+    bytes (see the module docstring for the model); ``total`` = parameters + optimizer state + step peak.
+    ``fused_attention``: the step runs the compiled attention kernels (see ``fused_attention_applies``)."""
     c = _as_config(config)
     if optimizer not in OPTIMIZER_SLOTS:
         raise ValueError(f"optimizer: expected one of {sorted(OPTIMIZER_SLOTS)}, got {optimizer!r}")
@@ -341,7 +374,7 @@ def estimate(config: Union[XLNetConfig, str, dict], seq_len: int, batch: int, pr
     accum += hoisted_casts
 
     # ---- activations (per micro-batch)
-    per_block_items = block_activations(c, seq_len, micro, precision, jit, segments, cpu)
+    per_block_items = block_activations(c, seq_len, micro, precision, jit, segments, cpu, fused_attention)
     a_block = sum(v for _, v, _ in per_block_items)
     a_attn = sum(v for _, v, part in per_block_items if part == "attn")   # left when the score grads appear
     draws = sum(v for name, v, _ in per_block_items if "draws" in name)   # one block's dropout draws
@@ -365,7 +398,7 @@ def estimate(config: Union[XLNetConfig, str, dict], seq_len: int, batch: int, pr
     if recompute and hoist:
         kept_per_block += draws      # drawn at the step's start, alive until the block's recomputation uses them
     acts_kept = shared + head_act + n_tr * kept_per_block
-    ws = workspace(c, seq_len, micro, precision, jit, cpu)
+    ws = workspace(c, seq_len, micro, precision, jit, cpu, fused_attention)
     largest = max(c.d_model * c.d_inner if n_tr else 0, tp["embeddings"] and c.n_token * c.d_model, hp)
     opt_tmp = 4 * largest * (1 if jit else 2)               # per-variable temporaries of clipping / Adam
 
@@ -405,7 +438,7 @@ def estimate(config: Union[XLNetConfig, str, dict], seq_len: int, batch: int, pr
         "config": c.to_original_dict(), "seq_len": seq_len, "batch": batch, "micro_batch": micro,
         "grad_accum_steps": grad_accum_steps, "precision": precision, "recompute": bool(recompute),
         "num_trainable_layers": num_trainable_layers, "optimizer": optimizer, "head": head, "jit": bool(jit),
-        "cpu": bool(cpu),
+        "cpu": bool(cpu), "fused_attention": bool(fused_attention),
         "param_count": n_params, "trainable_param_count": tp["total"], "trainable_blocks": n_tr,
         "param_groups": bb, "head_param_count": hp, "rng_hoisting": hoist, "dropout_draws_per_block": draws,
         **components,
@@ -439,7 +472,8 @@ def format_table(e: Dict) -> str:
              f"vocab={c['n_token']}; seq {e['seq_len']}, batch {e['batch']} (micro-batch {e['micro_batch']} x "
              f"{e['grad_accum_steps']}), {e['precision']}, recompute={e['recompute']}, trainable blocks "
              f"{e['trainable_blocks']}/{c['n_layer']}, optimizer {e['optimizer']}, head {e['head']}, "
-             f"{'XLA' if e['jit'] else 'TF graph mode'}{' on CPU' if e['cpu'] else ''}", ""]
+             f"{'XLA' if e['jit'] else 'TF graph mode'}{' on CPU' if e['cpu'] else ''}"
+             f"{', compiled attention kernels' if e.get('fused_attention') else ''}", ""]
     rows = [
         ("parameters", f"{e['param_count']:,} ({e['trainable_param_count']:,} trainable), float32", e["parameters"]),
         ("gradients", "float32, trainable variables" + (" + accumulator" if e["gradient_accumulator"] else ""),
@@ -496,15 +530,21 @@ def main(argv=None) -> int:
     p.add_argument("--rng_hoisting", default="auto", choices=["auto", "true", "false"],
                    help="auto (= --jit): XLA draws every block's dropout randoms at the start of the step "
                         "(see the module docstring); false: the estimate without that effect")
+    p.add_argument("--fused_attention", default="auto", choices=["auto", "true", "false"],
+                   help="auto: the compiled attention kernels when they would run (--device=cpu, --jit update or "
+                        "false, float32, the library built); they keep fewer [b, n, q, k] tensors")
     p.add_argument("--json", action="store_true", help="print the estimate as json")
     args = p.parse_args(argv)
     sizes = lambda s: tuple(int(x) for x in s.split(",") if x.strip())  # noqa: E731
     try:
+        jit, cpu = args.jit == "true", args.device == "cpu"
+        fused = (fused_attention_applies(_as_config(args.config), args.precision, jit, cpu)
+                 if args.fused_attention == "auto" else args.fused_attention == "true")
         e = estimate(args.config, args.seq_len, args.batch, args.precision, args.recompute,
                      args.num_trainable_layers, args.grad_accum_steps, args.optimizer, args.head, args.num_labels,
-                     sizes(args.head_hidden_sizes), sizes(args.answer_class_hidden_sizes), jit=args.jit == "true",
+                     sizes(args.head_hidden_sizes), sizes(args.answer_class_hidden_sizes), jit=jit,
                      rng_hoisting=None if args.rng_hoisting == "auto" else args.rng_hoisting == "true",
-                     cpu=args.device == "cpu")
+                     cpu=cpu, fused_attention=fused)
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
