@@ -16,8 +16,9 @@ OP = kernels.load()
 needs_kernel = pytest.mark.skipif(OP is None, reason=f"fused attention kernel: {kernels.status()}")
 
 
-def reference_attention(q, k, v, kr, rw, rr, rs, seg, diff, blocked, scale):
-    """The graph's attention core (``XLNetBlock._attend_rows``' ops, heads transposed) on [b, len, n, h] inputs."""
+def reference_attention(q, k, v, kr, rw, rr, rs, seg, diff, blocked, scale, keep=None, rate=0.0):
+    """The graph's attention core (``XLNetBlock._attend_rows``' ops, heads transposed) on [b, len, n, h] inputs,
+    kr [r, n, h]; with ``keep`` [b, n, q, k] the attention dropout. Returns the output and the probabilities."""
     t = lambda x: tf.transpose(x, [0, 2, 1, 3])
     biases = [rw, rr] + ([rs] if diff is not None else [])
     qw, qr, *qs = layers._query_terms(t(q), biases, scale)
@@ -25,7 +26,8 @@ def reference_attention(q, k, v, kr, rw, rr, rs, seg, diff, blocked, scale):
     bd = tf.matmul(qr, tf.transpose(kr, [1, 0, 2]), transpose_b=True)
     ef = None if diff is None else tf.matmul(qs[0], tf.transpose(seg, [1, 2, 0]))
     prob = layers.attention_probs(ac, bd, ef, diff, blocked)
-    return t(tf.matmul(prob, t(v)))
+    dropped = prob if keep is None else layers._apply_keep(prob, keep, rate)
+    return t(tf.matmul(dropped, t(v))), prob
 
 
 def factored_positions(rng, rlen, n, h):
@@ -61,7 +63,7 @@ def test_kernel_matches_graph_ops(b, q, mlen, n, h, attn, same_length, seg, mask
     _, blocked = attention_masks(q, mlen, b, tf.constant(padding) if mask else None, None, attn, same_length)
     diff = segment_diff(tf.constant(rng.integers(0, 3, (b, q)), tf.int32), mlen) if seg else None
     scale = 1.0 / np.sqrt(h)
-    ref = reference_attention(qh, kh, vh, kr, rw, rr, rs, seg_embed, diff, blocked, scale).numpy()
+    ref = reference_attention(qh, kh, vh, kr, rw, rr, rs, seg_embed, diff, blocked, scale)[0].numpy()
     none = tf.zeros([0, 0, 0], tf.bool)
     got = OP.xlnet_rel_attention(qh, kh, vh, *tables, rw, rr, rs, seg_embed, none if diff is None else diff,
                                  none if blocked is None else blocked, scale=scale).numpy()
@@ -342,19 +344,10 @@ def test_training_kernels_match_autodiff(b, q, mlen, n, h, attn, seg, mask, rate
     keep = tf.constant(rng.random((b, n, q, klen)) >= rate) if rate else None
     scale, ks = 1.0 / np.sqrt(h), 1.0 / (1.0 - rate)
     d_out = f(b, q, n, h)
-    t = lambda x: tf.transpose(x, [0, 2, 1, 3])
 
     with tf.GradientTape() as tape:
         tape.watch(args)
-        qh, kh, vh, kr, rw, rr, rs, seg_embed = args
-        biases = [rw, rr] + ([rs] if diff is not None else [])
-        qw, qr, *qs = layers._query_terms(t(qh), biases, scale)
-        ac = tf.matmul(qw, t(kh), transpose_b=True)
-        bd = tf.matmul(qr, tf.transpose(kr, [1, 0, 2]), transpose_b=True)
-        ef = None if diff is None else tf.matmul(qs[0], tf.transpose(seg_embed, [1, 2, 0]))
-        prob = layers.attention_probs(ac, bd, ef, diff, blocked)
-        dropped = prob if keep is None else layers._apply_keep(prob, keep, rate)
-        ref = t(tf.matmul(dropped, t(vh)))
+        ref, prob = reference_attention(*args, diff, blocked, scale, keep, rate)
         loss = tf.reduce_sum(ref * d_out)
     ref_grads = [tf.zeros_like(a) if g is None else g for a, g in zip(args, tape.gradient(loss, args))]
 

@@ -523,12 +523,21 @@ void build_krt_dense(OpKernelContext* ctx, const Problem& p, const Tensor& kr, f
   });
 }
 
-class RelAttentionTrainOp : public OpKernel {
+// The training pair's attributes: the query scale 1/sqrt(d_head) and 1 / (1 - dropatt).
+class TrainingOpBase : public OpKernel {
  public:
-  explicit RelAttentionTrainOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+  explicit TrainingOpBase(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("scale", &scale_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("keep_scale", &keep_scale_));
   }
+
+ protected:
+  float scale_ = 0.0f, keep_scale_ = 1.0f;
+};
+
+class RelAttentionTrainOp : public TrainingOpBase {
+ public:
+  using TrainingOpBase::TrainingOpBase;
 
   void Compute(OpKernelContext* ctx) override {
     // Inputs: q, k, v, kr [r, n*h], r_w, r_r, r_s, seg_embed, seg_diff, blocked (as XlnetRelAttention), keep
@@ -550,9 +559,6 @@ class RelAttentionTrainOp : public OpKernel {
                                 keep.NumElements() ? keep.flat<bool>().data() : nullptr,
                                 keep.NumElements() ? keep_scale_ : 1.0f);
   }
-
- private:
-  float scale_, keep_scale_;
 };
 
 // The backward of one head over every batch row (heads are independent; the batch rows of a head share its
@@ -698,12 +704,9 @@ void backward_head(const Problem& p, int hi, const float* kr, int rl, const floa
   }
 }
 
-class RelAttentionGradOp : public OpKernel {
+class RelAttentionGradOp : public TrainingOpBase {
  public:
-  explicit RelAttentionGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("scale", &scale_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("keep_scale", &keep_scale_));
-  }
+  using TrainingOpBase::TrainingOpBase;
 
   void Compute(OpKernelContext* ctx) override {
     // Inputs: d_out [b, q, n, h], then XlnetRelAttentionTrain's inputs, then its prob output. Outputs: the
@@ -747,9 +750,6 @@ class RelAttentionGradOp : public OpKernel {
       for (int64_t hi = start; hi < end; ++hi) backward_head(p, hi, krp, rl, doutp, probp, keepp, ks, g);
     });
   }
-
- private:
-  float scale_, keep_scale_;
 };
 
 tensorflow::Status same_as_input(tensorflow::shape_inference::InferenceContext* c, int first_output,
@@ -780,20 +780,14 @@ REGISTER_OP("XlnetRelAttention")
     .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) { return same_as_input(c, 0, {0}); })
     .Doc("XLNet relative attention (inference, float32); see xlnet_tf/kernels/rel_attention.cc.");
 
+// The training pair's shared inputs (the gradient op takes d_out first and the forward's prob last).
+#define XLNET_TRAIN_INPUTS                                                                                   \
+  Input("q: float").Input("k: float").Input("v: float").Input("kr: float").Input("r_w_bias: float")          \
+      .Input("r_r_bias: float").Input("r_s_bias: float").Input("seg_embed: float").Input("seg_diff: bool")  \
+      .Input("blocked: bool").Input("keep: bool").Attr("scale: float").Attr("keep_scale: float")
+
 REGISTER_OP("XlnetRelAttentionTrain")
-    .Input("q: float")
-    .Input("k: float")
-    .Input("v: float")
-    .Input("kr: float")
-    .Input("r_w_bias: float")
-    .Input("r_r_bias: float")
-    .Input("r_s_bias: float")
-    .Input("seg_embed: float")
-    .Input("seg_diff: bool")
-    .Input("blocked: bool")
-    .Input("keep: bool")
-    .Attr("scale: float")
-    .Attr("keep_scale: float")
+    .XLNET_TRAIN_INPUTS
     .Output("out: float")
     .Output("prob: float")
     .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
@@ -806,20 +800,8 @@ REGISTER_OP("XlnetRelAttentionTrain")
 
 REGISTER_OP("XlnetRelAttentionGrad")
     .Input("d_out: float")
-    .Input("q: float")
-    .Input("k: float")
-    .Input("v: float")
-    .Input("kr: float")
-    .Input("r_w_bias: float")
-    .Input("r_r_bias: float")
-    .Input("r_s_bias: float")
-    .Input("seg_embed: float")
-    .Input("seg_diff: bool")
-    .Input("blocked: bool")
-    .Input("keep: bool")
+    .XLNET_TRAIN_INPUTS
     .Input("prob: float")
-    .Attr("scale: float")
-    .Attr("keep_scale: float")
     .Output("d_q: float")
     .Output("d_k: float")
     .Output("d_v: float")
