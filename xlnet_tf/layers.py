@@ -35,7 +35,7 @@ def _xla(fn):
 
 
 # The fused attention kernels (``xlnet_tf/kernels``, built per machine by ``python -m xlnet_tf.kernels build``):
-# on a CPU-only host, float32, without the query stream or bi_data, a block's whole attention core -- the
+# on a CPU-only host, float32, without bi_data, a block's whole attention core (content and query stream) -- the
 # biased queries, AC, BD with the relative shift, EF, the mask, the softmax (and in training the attention
 # dropout) and P.V -- is one op that keeps each tile's scores in cache and reads/writes the heads in their
 # [b, len, n, h] layout (no head transposes). At inference one op; in training a forward op that also returns
