@@ -369,7 +369,8 @@ void build_krt(const Problem& p, int rl, OpKernelContext* ctx, float* krt_all, R
 }
 
 // The biased, scaled queries of tile rows [i0, i0 + m): qw = (q + r_w) s, qr = (q + r_r) s, and (with segments)
-// qs = (q + r_s) s (stored when qs is not null) and its two segment scores ef[2 r], ef[2 r + 1].
+// qs = (q + r_s) s (stored when qs is not null) and its two segment scores ef[2 r], ef[2 r + 1] (when ef is not
+// null: the forward needs the scores, the backward qs).
 void query_rows(const Problem& p, int bi, int hi, int i0, int m, float* qw, float* qr, float* qs, float* ef) {
   const int h = p.h;
   const float *rwh = p.rw + hi * h, *rrh = p.rr + hi * h, *rsh = p.rs + hi * h;
@@ -384,12 +385,16 @@ void query_rows(const Problem& p, int bi, int hi, int i0, int m, float* qw, floa
       if (p.diff) {
         const vf y = (x + load(rsh + d)) * p.s;
         if (qs) store(qs + r * h + d, y);
-        a0 += y * load(seg0 + d);
-        a1 += y * load(seg1 + d);
+        if (ef) {
+          a0 += y * load(seg0 + d);
+          a1 += y * load(seg1 + d);
+        }
       }
     }
-    ef[2 * r] = hsum(a0);
-    ef[2 * r + 1] = hsum(a1);
+    if (ef) {
+      ef[2 * r] = hsum(a0);
+      ef[2 * r + 1] = hsum(a1);
+    }
   }
 }
 
@@ -579,7 +584,7 @@ void backward_head(const Problem& p, int hi, const float* kr, int rl, const floa
   Buffer vt(h * kld), krp(static_cast<size_t>(p.rpad) * h), dkrp(static_cast<size_t>(p.rpad) * h),
       dkh(static_cast<size_t>(kl) * h), dvh(static_cast<size_t>(kl) * h), qw(TILE * h), qr(TILE * h),
       qs(TILE * h), dpd(TILE * kld), pd(TILE * kld), ds(TILE * kld), dbd(TILE * wld), dqw(TILE * h),
-      dqr(TILE * h), ef(2 * TILE), de(2 * TILE), acc(5 * h);
+      dqr(TILE * h), de(2 * TILE), acc(5 * h);
   std::fill(vt.data(), vt.data() + h * kld, 0.0f);
   const int rows = std::min(rl, p.rpad);
   for (int r = 0; r < p.rpad; ++r)
@@ -596,7 +601,7 @@ void backward_head(const Problem& p, int hi, const float* kr, int rl, const floa
     std::fill(dvh.data(), dvh.data() + static_cast<size_t>(kl) * h, 0.0f);
     for (int i0 = 0; i0 < p.ql; i0 += TILE) {
       const int m = std::min(TILE, p.ql - i0), i1 = i0 + m;
-      query_rows(p, bi, hi, i0, m, qw.data(), qr.data(), qs.data(), ef.data());
+      query_rows(p, bi, hi, i0, m, qw.data(), qr.data(), qs.data(), nullptr);
       const float* doh = dout + p.bq(bi, i0) * nh + hi * h;
       gemm(doh, nh, vt.data(), kld, dpd.data(), kld, m, p.kpad, h);  // dO V^T
       const int pa = p.pa(i1), wb = p.band(i1, m);
