@@ -157,7 +157,8 @@ def worker(spec: dict) -> None:
 
     fused = (spec["jit"] is not True and spec["precision"] == "float32" and not spec["shape"].get("bi_data")
              and layers.fused_attention_op(spec["shape"]["d_head"], tf.float32) is not None)
-    out = {"device": device, "fused_attention": bool(fused), "rss_import_mb": rss_import, "rss_built_mb": rss_built, "rss_ready_mb": rss_ready,
+    out = {"device": device, "fused_attention": bool(fused), "rss_import_mb": rss_import, "rss_built_mb": rss_built,
+           "rss_ready_mb": rss_ready,
            "rss_maxrss_mb": max(rss_maxrss_warm, _status_mb("VmHWM")), "rss_steady_peak_mb": _status_mb("VmHWM"),
            "alloc_built_bytes": alloc_built, "alloc_peak_bytes": mem["peak"], "alloc_current_bytes": mem["current"],
            "build_s": build_s, "warmup_s": warm, "times_s": times, "load1": loads,

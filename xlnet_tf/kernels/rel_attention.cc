@@ -729,11 +729,8 @@ class RelAttentionGradOp : public TrainingOpBase {
     OP_REQUIRES(ctx, dout.shape() == ctx->input(1).shape(),
                 InvalidArgument("rel_attention: d_out must be shaped like q ", ctx->input(1).shape().DebugString(),
                                 ", got ", dout.shape().DebugString()));
-    Tensor* outs[8];
-    for (int o = 0; o < 8; ++o) {
-      const int like[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-      OP_REQUIRES_OK(ctx, ctx->allocate_output(o, ctx->input(like[o]).shape(), &outs[o]));
-    }
+    Tensor* outs[8];  // shaped like inputs 1..8 (q, k, v, kr, r_w, r_r, r_s, seg_embed)
+    for (int o = 0; o < 8; ++o) OP_REQUIRES_OK(ctx, ctx->allocate_output(o, ctx->input(o + 1).shape(), &outs[o]));
     GradOutputs g{outs[0]->flat<float>().data(), outs[1]->flat<float>().data(), outs[2]->flat<float>().data(),
                   outs[3]->flat<float>().data(), outs[4]->flat<float>().data(), outs[5]->flat<float>().data(),
                   outs[6]->flat<float>().data(), outs[7]->flat<float>().data()};
