@@ -46,15 +46,27 @@ def define_common_flags(default_seq_len: int = 128, default_lr: float = 2e-5) ->
     flags.DEFINE_integer("train_steps", 1000, "Optimizer updates.")
     flags.DEFINE_integer("warmup_steps", 0, "Linear warmup steps.")
     flags.DEFINE_float("min_lr_ratio", 0.0, "Final LR as a fraction of the peak.")
-    flags.DEFINE_float("weight_decay", 0.0, "Decoupled weight decay (LayerNorm and biases excluded).")
+    flags.DEFINE_float("weight_decay", 0.0, "Decoupled weight decay (every weight but LayerNorm and biases; the "
+                       "attention biases r_w/r_r/r_s are decayed, as the original).")
     flags.DEFINE_float("adam_epsilon", 1e-6, "Adam epsilon.")
+    flags.DEFINE_enum("adam_bias_correction", "auto", ["auto", "true", "false"],
+                      "Adam bias correction. auto (the original): on when weight_decay == 0 (tf.train.Adam), off "
+                      "when weight_decay > 0 (its AdamWeightDecay optimizer).")
     flags.DEFINE_float("clip", 1.0, "Global-norm gradient clipping (<= 0: none).")
-    flags.DEFINE_float("lr_layer_decay_rate", 1.0, "Layer-wise LR decay: block l trains at rate^(n_layer-1-l).")
-    flags.DEFINE_enum("layer_decay_mode", "lr", ["lr", "grad"], "lr: true per-layer learning rates; "
-                      "grad: the original (scales gradients).")
+    flags.DEFINE_float("lr_layer_decay_rate", 1.0, "Layer-wise decay rate (see --layer_decay_mode).")
+    flags.DEFINE_enum("layer_decay_mode", "grad", ["grad", "lr"],
+                      "grad (the original; reproduces the published recipes): the clipped gradients of block l's "
+                      "projection, feed-forward and LayerNorm weights are multiplied by rate^(n_layer-1-l); "
+                      "embeddings, attention biases, seg_embed and heads are not scaled, and Adam mostly cancels "
+                      "the factor. lr: a true per-layer learning rate rate^(n_layer-depth) on every variable, "
+                      "embeddings included; with 0.75 on XLNet-Large the embedding trains at 0.001x the top rate "
+                      "and the bottom layers practically freeze.")
     flags.DEFINE_integer("grad_accum_steps", 1, "Micro-batches per update (same update as a k-times batch).")
     flags.DEFINE_enum("precision", "float32", ["float32", "mixed_float16", "mixed_bfloat16"], "Compute precision.")
     flags.DEFINE_bool("recompute", False, "Recompute each block's activations in the backward pass.")
+    flags.DEFINE_enum("pos_dropout", "per_example", ["per_example", "shared"],
+                      "Dropout mask on the relative positional encodings: per_example (the original) or shared "
+                      "by the batch (faster training steps, not the original's noise).")
     flags.DEFINE_integer("num_trainable_layers", -1, "Train only the top N blocks and the head (-1: all).")
     flags.DEFINE_list("head_hidden_sizes", [], "Hidden sizes of a deeper head MLP (empty: the original head).")
     flags.DEFINE_integer("save_steps", 1000, "Checkpoint every N steps (0: only at the end).")
@@ -92,7 +104,8 @@ def model_config(F, **overrides):
     from xlnet_tf import XLNetConfig
     from xlnet_tf import checkpoint
 
-    run = dict(dropout=F.dropout, dropatt=F.dropatt, clamp_len=F.clamp_len, recompute=F.recompute)
+    run = dict(dropout=F.dropout, dropatt=F.dropatt, clamp_len=F.clamp_len, recompute=F.recompute,
+               pos_dropout=F.pos_dropout)
     run.update(overrides)
     if F.model_config_path:
         return XLNetConfig.load(F.model_config_path, **run)
@@ -108,6 +121,7 @@ def train_config(F, model_dir: str):
     return TrainConfig(
         learning_rate=F.learning_rate, train_steps=F.train_steps, warmup_steps=F.warmup_steps,
         min_lr_ratio=F.min_lr_ratio, weight_decay=F.weight_decay, adam_epsilon=F.adam_epsilon,
+        adam_bias_correction={"auto": None, "true": True, "false": False}[F.adam_bias_correction],
         clip_norm=F.clip if F.clip > 0 else None, lr_layer_decay_rate=F.lr_layer_decay_rate,
         layer_decay_mode=F.layer_decay_mode, grad_accum_steps=F.grad_accum_steps, precision=F.precision,
         num_trainable_layers=None if F.num_trainable_layers < 0 else F.num_trainable_layers,

@@ -59,6 +59,12 @@ class SequenceSummary(keras.layers.Layer):
         if self.proj is not None:
             self.proj.build(tuple(input_shape[:1]) + (d_in,))
 
+    def weight_roles(self):
+        """(variable, role) for the attention summary's own weights (Dense and LayerNorm are known by type)."""
+        if self.summary_type != "attn":
+            return []
+        return [(self.summary_bias, "bias")] + [(w, "kernel") for w in (self.q, self.k, self.v, self.o)]
+
     def _attend(self, hidden, padding_mask, training):
         dtype = hidden.dtype
         q = tf.einsum("h,hnd->nd", tf.cast(self.summary_bias, dtype), tf.cast(self.q, dtype))

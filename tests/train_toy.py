@@ -42,6 +42,9 @@ class Block(keras.layers.Layer):
         self.ff.build(input_shape)
         self.layer_norm.build(input_shape)
 
+    def weight_roles(self):
+        return [(self.r_w_bias, "attention_bias")]
+
     def call(self, x, training=False):
         return self.layer_norm(x + self.drop(self.ff(x) + self.r_w_bias, training=training))
 

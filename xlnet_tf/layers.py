@@ -574,6 +574,13 @@ class XLNetBlock(keras.layers.Layer):
         self.scale = 1.0 / math.sqrt(c.d_head)
         self.built = True
 
+    def weight_roles(self):
+        """(variable, role) for each weight (``optimization.ROLES``)."""
+        roles = [(w, "kernel") for w in (self.q, self.k, self.v, self.r, self.o, self.ff1_kernel, self.ff2_kernel)]
+        roles += [(w, "norm") for w in (self.attn_ln_gamma, self.attn_ln_beta, self.ff_ln_gamma, self.ff_ln_beta)]
+        roles += [(self.ff1_bias, "bias"), (self.ff2_bias, "bias"), (self.seg_embed, "segment_embedding")]
+        return roles + [(w, "attention_bias") for w in (self.r_w_bias, self.r_r_bias, self.r_s_bias)]
+
     def _w(self, var):
         return tf.cast(var, self.compute_dtype)
 
@@ -705,7 +712,8 @@ class XLNetBlock(keras.layers.Layer):
     def _attend_rows(self, q_head, k_head, v_head, kr, ef_diff, blocked, seed, salt):
         """Core relative attention for queries q_head [b, n, q, h] over keys/values [b, n, k, h].
 
-        kr: [pb, n, r, h] projected positional encodings (shared by the batch, or by each half with bi_data);
+        kr: [pb, n, r, h] projected positional encodings: pb = 1 shared by the batch, 2 one per half with
+        bi_data, or b one per example (after dropout on the encodings), consecutive examples grouped;
         ef_diff: [b, q, k] bool or None; blocked: bool [b|1, q, k] or None. Returns [b, n, q, h].
         The 1/sqrt(d_head) scale is applied to the (small) query side instead of the [b, n, q, k] scores.
         """
@@ -715,7 +723,7 @@ class XLNetBlock(keras.layers.Layer):
             biases.append(self._w(self.r_s_bias))
         qw, qr, *qs = query_terms(q_head, biases, self.scale)
         ac = tf.matmul(qw, k_head, transpose_b=True)  # [b, n, q, k]
-        if c.bi_data:  # each half of the batch has its own encodings: [pb, b/pb, n, q, h] x [pb, 1, n, r, h]
+        if kr.shape[0] != 1:  # a group of the batch per encoding: [pb, b/pb, n, q, h] x [pb, 1, n, r, h]
             shape = tf.shape(qr)
             pb = tf.shape(kr)[0]
             qr = tf.reshape(qr, tf.concat([[pb, shape[0] // pb], shape[1:]], axis=0))
@@ -760,14 +768,16 @@ class XLNetBlock(keras.layers.Layer):
              training=False):
         """h: [b, q, d] content; g: [b, m, d] query stream or None; mem: [b, mlen, d] or None.
 
-        pos_emb: [pb, r, d] or a ``PositionalBasis``; ef_diff: [b, q, klen] bool or None;
+        pos_emb: [pb, r, d] (pb = 1, 2 or b) or a ``PositionalBasis``; ef_diff: [b, q, klen] bool or None;
         *_blocked: bool [b|1, q, klen] or None; target_mapping: [b, m, q] or None (query stream rows -> positions).
         """
         cat = h if mem is None else tf.concat([tf.cast(mem, h.dtype), h], axis=1)
         c = self.config
         # The kernels (see FUSED_ATTENTION): the inference op has no gradient, so training (also with dropout 0,
         # where seed is None) uses the training pair.
-        fusable = not c.bi_data and (training or isinstance(pos_emb, PositionalBasis))
+        # Per-example encodings (dropout on them in training) are read by the graph path only.
+        basis = isinstance(pos_emb, PositionalBasis)
+        fusable = not c.bi_data and (basis or (training and pos_emb.shape[0] == 1))
         op = fused_attention_op(c.d_head, h.dtype) if fusable else None
         if op is not None:
             k_in, v_in = self._heads_in_place(cat, self.k), self._heads_in_place(cat, self.v)  # [b, k, n, h]

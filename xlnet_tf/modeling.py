@@ -103,6 +103,11 @@ class XLNetModel(keras.Model):
     def from_config(cls, cfg):
         return cls(XLNetConfig.from_dict(cfg["config"]), name=cfg.get("name", "xlnet"))
 
+    def weight_roles(self):
+        """(variable, role) for the backbone's own weights (the blocks declare theirs)."""
+        shared = [(w, "attention_bias") for w in (self.shared_biases or {}).values()]
+        return [(self.word_embedding, "embedding"), (self.mask_emb, "embedding"), (self.lm_bias, "bias")] + shared
+
     def variable_depth(self, variable) -> int:
         """0 = embeddings, l + 1 = block l, n_layer + 1 = LM bias (head-level); shared biases: top block."""
         if not hasattr(self, "_depths"):
@@ -186,7 +191,10 @@ class XLNetModel(keras.Model):
         if seed is None or c.dropout <= 0:  # no dropout on the encodings: the cheaper factored form
             pos_emb = positional_basis(*positions, dtype=dtype)
         else:
-            pos_emb = dropout(relative_positional_encoding(*positions, dtype=dtype), c.dropout, seed, 3)
+            pos_emb = relative_positional_encoding(*positions, dtype=dtype)  # [pb, r, d]
+            if c.pos_dropout == "per_example":  # the original tiles over the batch, then drops
+                pos_emb = tf.repeat(pos_emb, bsz // tf.shape(pos_emb)[0], axis=0)  # [b, r, d]
+            pos_emb = dropout(pos_emb, c.dropout, seed, 3)
 
         h = tf.gather(tf.cast(self.word_embedding, dtype), input_ids)
         h = dropout(h, c.dropout, seed, 1)

@@ -1,19 +1,27 @@
-"""Optimisation: warmup + linear decay, AdamW with XLNet's weight-decay rule, layer-wise learning rates.
+"""Optimisation: warmup + linear decay, AdamW, and the original XLNet update rule decided by variable role.
 
 * ``WarmupLinearDecay``: ``lr * step / warmup`` for ``step < warmup`` (0 at the first update, as the original),
   then linear decay to ``lr * min_lr_ratio`` at ``train_steps``.
-* ``AdamW``: Keras 3's AdamW with
-  - the original weight-decay rule (``use_weight_decay``): LayerNorm weights and biases are excluded, the
-    relative-attention biases ``r_w_bias``/``r_r_bias``/``r_s_bias`` are always decayed. Decided once per
-    variable from its Keras *path* (Keras' own ``exclude_from_weight_decay`` regex-matches the short name, where
-    ``"bias"`` would also hit ``r_w_bias``);
-  - a per-variable learning-rate multiplier (true layer-wise LR decay) that also scales the decoupled decay;
-  - ``bias_correction=False`` for the BERT-style update the original used when ``weight_decay > 0``;
-  - ``grads_pre_reduced``: the training loop all-reduces, clips and scales gradients itself, so the optimizer
-    must not all-reduce them a second time.
-* ``layer_multipliers`` / ``select_trainable``: depth-based factors and the ``num_trainable_layers`` subset,
-  driven by the TaskModel's ``n_layer`` and ``variable_depth(variable)`` (0 = embeddings, l+1 = block l,
-  n_layer+1 = head).
+* ``variable_roles(model)``: the role of every variable (``ROLES``), declared by the layer that owns it
+  (``weight_roles()``) or known from its Keras type (Dense, EinsumDense, LayerNormalization, Embedding). The two
+  rules below read roles, never names:
+  - weight decay (``decay_flags``): every variable except LayerNorm scales/offsets and biases. The
+    relative-attention biases (role ``attention_bias``) are decayed, as the original force-includes them.
+    Variables that get no gradient are not updated at all (the training loop leaves them out), so ``mask_emb``
+    stays put in fine-tuning;
+  - layer-wise decay (``layer_decay_factors``), mode ``"grad"`` (the original): the clipped gradients of block
+    l's projection, feed-forward and LayerNorm weights (what the original stores under
+    ``model/transformer/layer_{l}/``) are multiplied by ``rate ** (n_layer - 1 - l)``; embeddings, the attention
+    biases and ``seg_embed`` (stored stacked outside ``layer_{l}/`` in the original), heads and the weight-decay
+    term are not scaled. Under Adam this mostly cancels: the bottom layers still learn. Mode ``"lr"`` is another
+    recipe: a true per-layer learning rate ``rate ** (n_layer - depth)`` on every variable (embeddings included)
+    that also scales the decoupled decay.
+* ``AdamW``: Adam with the original's decoupled decay (``param -= lr * wd * param`` beside the Adam step), a
+  per-variable learning-rate multiplier and optional bias correction. The original uses bias correction only
+  when ``weight_decay == 0`` (``tf.train.AdamOptimizer``); with decay its AdamWeightDecayOptimizer has none.
+  ``grads_pre_reduced``: the training loop all-reduces, clips and scales gradients itself.
+* ``select_trainable``: the ``num_trainable_layers`` subset, from the model's ``variable_depth(variable)``
+  (0 = embeddings, l+1 = block l, n_layer+1 = head).
 """
 
 from __future__ import annotations
@@ -23,19 +31,74 @@ from typing import Dict, List, Optional, Sequence
 import keras
 import tensorflow as tf
 
-FORCE_DECAY = ("r_w_bias", "r_r_bias", "r_s_bias")
+# kernel: projection matrices; embedding: lookup tables (word, mask); bias: additive biases of dense layers
+# (and the attention summary's query); norm: LayerNorm scale and offset; attention_bias: r_w/r_r/r_s biases of
+# relative attention; segment_embedding: seg_embed.
+ROLES = ("kernel", "embedding", "bias", "norm", "attention_bias", "segment_embedding")
+NO_DECAY_ROLES = frozenset({"bias", "norm"})
+# Roles of the weights the original keeps under model/transformer/layer_{l}/ (the layer-decay scope).
+LAYER_SCOPED_ROLES = frozenset({"kernel", "bias", "norm"})
+LAYER_DECAY_MODES = ("grad", "lr")
 
 
-def use_weight_decay(path: str) -> bool:
-    """The original rule applied to a variable path ("a/b/kernel", optional ":0" and "/replica_N" suffixes)."""
-    parts = [p for p in path.split(":")[0].split("/") if p and not p.startswith("replica_")]
-    short = parts[-1] if parts else ""
-    if any(name in short for name in FORCE_DECAY):
-        return True
-    lowered = "/".join(parts).lower()
-    if short in ("gamma", "beta") or "layer_norm" in lowered or "layernorm" in lowered:
-        return False
-    return "bias" not in short
+def variable_roles(model) -> Dict[int, str]:
+    """{id(variable): role} for every variable of ``model`` (see ``ROLES``)."""
+    roles: Dict[int, str] = {}
+
+    def put(var, role):
+        if var is not None:
+            if role not in ROLES:
+                raise ValueError(f"{var.path}: unknown role {role!r}; expected one of {ROLES}")
+            roles[id(var)] = role
+
+    for layer in model._flatten_layers(include_self=True, recursive=True):
+        declared = getattr(layer, "weight_roles", None)
+        if declared is not None:
+            for var, role in declared():
+                put(var, role)
+        elif isinstance(layer, keras.layers.LayerNormalization):
+            put(layer.gamma, "norm")
+            put(layer.beta, "norm")
+        elif isinstance(layer, (keras.layers.Dense, keras.layers.EinsumDense)):
+            put(layer.kernel, "kernel")
+            put(layer.bias, "bias")
+        elif isinstance(layer, keras.layers.Embedding):
+            put(layer.embeddings, "embedding")
+    return roles
+
+
+def role_of(roles: Dict[int, str], variable) -> str:
+    try:
+        return roles[id(variable)]
+    except KeyError:
+        raise ValueError(f"variable {variable.path} has no role: the layer that creates it must list it in "
+                         f"weight_roles()") from None
+
+
+def decay_flags(model, variables: Sequence) -> List[bool]:
+    """Whether weight decay applies to each variable (every role but LayerNorm and bias)."""
+    roles = variable_roles(model)
+    return [role_of(roles, v) not in NO_DECAY_ROLES for v in variables]
+
+
+def layer_decay_factors(model, variables: Sequence, rate: float, mode: str = "grad") -> List[float]:
+    """Per-variable factors of layer-wise decay (module docstring): mode "grad" multiplies the clipped
+    gradients of the layer-scoped weights of block l by rate^(n_layer-1-l); mode "lr" gives every variable the
+    learning-rate factor rate^(n_layer-depth) (embeddings rate^n_layer, top block and heads 1)."""
+    if mode not in LAYER_DECAY_MODES:
+        raise ValueError(f"layer_decay_mode: expected one of {LAYER_DECAY_MODES}, got {mode!r}")
+    n = int(model.n_layer)
+    roles = variable_roles(model) if mode == "grad" else {}
+    out = []
+    for v in variables:
+        depth = int(model.variable_depth(v))
+        if mode == "lr":
+            out.append(float(rate) ** max(n - depth, 0))
+        elif 1 <= depth <= n and role_of(roles, v) in LAYER_SCOPED_ROLES:
+            out.append(float(rate) ** (n - depth))
+        else:
+            out.append(1.0)
+    return out
 
 
 @keras.saving.register_keras_serializable("xlnet_tf")
@@ -64,7 +127,10 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
 
 @keras.saving.register_keras_serializable("xlnet_tf")
 class AdamW(keras.optimizers.AdamW):
-    """Keras AdamW with XLNet's decay rule, per-variable LR multipliers and optional bias correction."""
+    """Keras AdamW with per-variable decay flags and LR multipliers and optional bias correction.
+
+    With ``weight_decay > 0`` every updated variable needs its flag (``set_decay_flags``; the Trainer passes
+    ``decay_flags(model, variables)``)."""
 
     def __init__(self, learning_rate=1e-5, weight_decay=0.0, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
                  bias_correction=True, name="adamw", **kwargs):
@@ -83,19 +149,22 @@ class AdamW(keras.optimizers.AdamW):
             raise ValueError("set_lr_multipliers: one multiplier per variable")
         self._lr_mult = {self._var_key(v): float(m) for v, m in zip(variables, multipliers) if float(m) != 1.0}
 
+    def set_decay_flags(self, variables: Sequence, flags: Sequence[bool]) -> None:
+        """Which variables the decoupled weight decay applies to."""
+        if len(variables) != len(flags):
+            raise ValueError("set_decay_flags: one flag per variable")
+        self._decay = {self._var_key(v): bool(f) for v, f in zip(variables, flags)}
+
     def lr_multiplier(self, variable) -> float:
         return self._lr_mult.get(self._var_key(variable), 1.0)
 
     def _use_weight_decay(self, variable):
         key = self._var_key(variable)
         if key not in self._decay:
-            self._decay[key] = use_weight_decay(getattr(variable, "path", None) or variable.name)
+            name = getattr(variable, "path", variable.name)
+            raise ValueError(f"AdamW(weight_decay={self.weight_decay}): no decay flag for {name}; "
+                             f"call set_decay_flags(variables, decay_flags(model, variables)) first")
         return self._decay[key]
-
-    def build(self, var_list):
-        super().build(var_list)
-        for v in var_list:  # decide on the Keras path now: replica components are named ".../replica_1:0"
-            self._use_weight_decay(v)
 
     def _apply_weight_decay(self, variables):
         """Decay is applied inside ``update_step`` with the variable's own learning rate."""
@@ -128,26 +197,6 @@ class AdamW(keras.optimizers.AdamW):
         return config
 
 
-def layer_factor(depth: int, n_layer: int, rate: float) -> float:
-    """rate ** max(n_layer - depth, 0): head and top block 1, block l rate^(n_layer-1-l), embeddings rate^n_layer."""
-    return float(rate) ** max(n_layer - int(depth), 0)
-
-
-def layer_multipliers(model, variables: Sequence, rate: float, mode: str = "lr") -> List[float]:
-    """Per-variable factors. mode "lr": every depth; mode "grad" (the original): blocks only, embeddings/head 1."""
-    if mode not in ("lr", "grad"):
-        raise ValueError(f"layer_decay_mode: expected 'lr' or 'grad', got {mode!r}")
-    n = int(model.n_layer)
-    out = []
-    for v in variables:
-        depth = int(model.variable_depth(v))
-        if mode == "grad" and not 1 <= depth <= n:
-            out.append(1.0)
-        else:
-            out.append(layer_factor(depth, n, rate))
-    return out
-
-
 def select_trainable(model, num_trainable_layers: Optional[int] = None) -> List:
     """Trainable variables of the top ``num_trainable_layers`` blocks and the head (None / -1: all)."""
     variables = list(model.trainable_variables)
@@ -160,7 +209,11 @@ def select_trainable(model, num_trainable_layers: Optional[int] = None) -> List:
 
 
 def create_optimizer(learning_rate: float, train_steps: int, warmup_steps: int = 0, min_lr_ratio: float = 0.0,
-                     weight_decay: float = 0.0, epsilon: float = 1e-6, bias_correction: bool = True) -> AdamW:
-    """AdamW on the WarmupLinearDecay schedule (call inside ``strategy.scope()``)."""
+                     weight_decay: float = 0.0, epsilon: float = 1e-6,
+                     bias_correction: Optional[bool] = None) -> AdamW:
+    """AdamW on the WarmupLinearDecay schedule (call inside ``strategy.scope()``). ``bias_correction=None``: the
+    original's choice, on when ``weight_decay == 0`` and off otherwise."""
+    if bias_correction is None:
+        bias_correction = not weight_decay > 0
     schedule = WarmupLinearDecay(learning_rate, train_steps, warmup_steps, min_lr_ratio)
     return AdamW(learning_rate=schedule, weight_decay=weight_decay, epsilon=epsilon, bias_correction=bias_correction)

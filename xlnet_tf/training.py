@@ -51,10 +51,10 @@ class TrainConfig:
     min_lr_ratio: float = 0.0
     weight_decay: float = 0.0
     adam_epsilon: float = 1e-6
-    adam_bias_correction: bool = True      # False: the original's update when weight_decay > 0
+    adam_bias_correction: Optional[bool] = None  # None: the original's, on iff weight_decay == 0
     clip_norm: Optional[float] = 1.0       # None / <= 0: no clipping
     lr_layer_decay_rate: float = 1.0
-    layer_decay_mode: str = "lr"           # "lr": true per-layer LR; "grad": the original (scales gradients)
+    layer_decay_mode: str = "grad"         # "grad": the original; "lr": true per-layer LR (optimization.py)
     grad_accum_steps: int = 1
     precision: str = "float32"
     initial_loss_scale: float = 2.0 ** 15
@@ -75,8 +75,9 @@ class TrainConfig:
     def __post_init__(self):
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision: expected one of {PRECISIONS}, got {self.precision!r}")
-        if self.layer_decay_mode not in ("lr", "grad"):
-            raise ValueError(f"layer_decay_mode: expected 'lr' or 'grad', got {self.layer_decay_mode!r}")
+        if self.layer_decay_mode not in optimization.LAYER_DECAY_MODES:
+            raise ValueError(f"layer_decay_mode: expected one of {optimization.LAYER_DECAY_MODES}, "
+                             f"got {self.layer_decay_mode!r}")
         if self.data_resume not in ("auto", "iterator", "skip"):
             raise ValueError(f"data_resume: expected auto|iterator|skip, got {self.data_resume!r}")
         jit = {True: "step", False: "off"}.get(self.jit_compile, self.jit_compile)
@@ -199,8 +200,8 @@ class Trainer:
             raise ValueError("no trainable variables")
         mult = [1.0] * len(self.train_vars)
         if cfg.lr_layer_decay_rate != 1.0:
-            mult = optimization.layer_multipliers(self.model, self.train_vars, cfg.lr_layer_decay_rate,
-                                                  cfg.layer_decay_mode)
+            mult = optimization.layer_decay_factors(self.model, self.train_vars, cfg.lr_layer_decay_rate,
+                                                    cfg.layer_decay_mode)
         self.grad_mult = mult if cfg.layer_decay_mode == "grad" else None
         with strategy.scope():
             self.optimizer = optimization.create_optimizer(
@@ -209,6 +210,9 @@ class Trainer:
             self.optimizer.grads_pre_reduced = True
             if cfg.layer_decay_mode == "lr":
                 self.optimizer.set_lr_multipliers(self.train_vars, mult)
+            if cfg.weight_decay > 0:
+                self.optimizer.set_decay_flags(self.train_vars,
+                                               optimization.decay_flags(self.model, self.train_vars))
             self.outer_optimizer = self.optimizer
             if self.fp16:
                 self.outer_optimizer = keras.optimizers.LossScaleOptimizer(
@@ -279,36 +283,38 @@ class Trainer:
         sources = [v.value for v in tvars]  # the tf.Variables behind the Keras variables
 
         def micro(features, count):
-            """Loss sum / global example count of the step (a mean-sized loss, what loss scaling expects)."""
+            """Loss sum / global example count of the step (a mean-sized loss, what loss scaling expects), and
+            the gradients: None for a variable that takes no part in the loss (e.g. mask_emb in fine-tuning)."""
             with tf.GradientTape(watch_accessed_variables=False) as tape:
                 tape.watch(sources)  # frozen variables: no gradient computed
                 per_example = tf.cast(model_loss(features, model(features, training=True)), tf.float32)
                 loss = tf.reduce_sum(per_example) / count
                 scaled = outer.scale_loss(loss) if self.fp16 else loss
-            grads = tape.gradient(scaled, sources)
-            return loss, [tf.zeros(v.shape, v.dtype) if g is None else tf.convert_to_tensor(g)
-                          for g, v in zip(grads, tvars)]
+            return loss, tape.gradient(scaled, sources)
 
         def replica_step(batch, step):
             ctx = tf.distribute.get_replica_context()
             self._reseed(step, ctx.replica_id_in_sync_group)
             local = tf.cast(k * tf.shape(tf.nest.flatten(batch)[0])[1], tf.float32)  # [k, batch, ...]
             count = ctx.all_reduce(tf.distribute.ReduceOp.SUM, local)
-            if k == 1:
-                loss, grads = micro(tf.nest.map_structure(lambda x: x[0], batch), count)
-            else:
+            micro_batch = lambda i: tf.nest.map_structure(lambda x: x[i], batch)
+            loss, grads = micro(micro_batch(0), count)
+            # Variables without a gradient are not updated at all (no decay, no Adam moments), as the original.
+            live = tuple(i for i, g in enumerate(grads) if g is not None)
+            grads = [tf.convert_to_tensor(grads[i]) for i in live]
+            if k > 1:
                 def body(i, loss, grads):
-                    l, g = micro(tf.nest.map_structure(lambda x: x[i], batch), count)
-                    return i + 1, loss + l, [a + b for a, b in zip(grads, g)]
+                    l, g = micro(micro_batch(i), count)
+                    return i + 1, loss + l, [a + tf.convert_to_tensor(g[j]) for a, j in zip(grads, live)]
 
-                init = (tf.constant(0), tf.constant(0.0), [tf.zeros(v.shape, v.dtype) for v in tvars])
-                _, loss, grads = tf.while_loop(lambda i, *_: i < k, body, init)
+                _, loss, grads = tf.while_loop(lambda i, *_: i < k, body, (tf.constant(1), loss, grads))
             loss = ctx.all_reduce(tf.distribute.ReduceOp.SUM, loss)
             grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
-            return loss, update(grads)
+            return loss, update(grads, live)
 
-        def update(grads):
-            """Unscale, clip, per-layer multipliers, optimizer update; returns the (unscaled) global norm."""
+        def update(grads, live):
+            """Unscale, clip, layer-decay factors, optimizer update of the variables ``tvars[i] for i in live``;
+            returns the (unscaled) global norm."""
             scale = outer.dynamic_scale if self.fp16 else None
             if scale is not None:
                 grads = [g / scale for g in grads]
@@ -316,10 +322,11 @@ class Trainer:
             if clip:
                 grads, _ = tf.clip_by_global_norm(grads, clip, use_norm=gnorm)
             if self.grad_mult is not None:
-                grads = [g * m if m != 1.0 else g for g, m in zip(grads, self.grad_mult)]
+                mult = [self.grad_mult[i] for i in live]
+                grads = [g * m if m != 1.0 else g for g, m in zip(grads, mult)]
             if scale is not None:  # LossScaleOptimizer divides by the same power of two: exact round trip
                 grads = [g * scale for g in grads]
-            outer.apply(grads, tvars)
+            outer.apply(grads, [tvars[i] for i in live])
             return gnorm
 
         if self.jit == "update":  # XLA fuses the optimizer's per-weight elementwise chain
