@@ -174,9 +174,12 @@ def test_kernel_only_where_it_may_run(monkeypatch):
     uses_any = lambda fn: bool(kernel_ops & op_types(fn))
     assert uses(tf.function(lambda: model(ids)["sequence_output"]))
     no_dropout = small_model(dropout=0.0, dropatt=0.0)  # training without dropout: no seed
-    for m in (model, no_dropout):
+    shared = small_model(pos_dropout="shared")  # one positional-dropout mask for the batch
+    for m in (shared, no_dropout):
         types = op_types(tf.function(lambda: m(ids, training=True)["sequence_output"]))
         assert "XlnetRelAttentionTrain" in types and "XlnetRelAttention" not in types
+    # the original's per-example positional dropout: each example has its own projected encodings
+    assert not uses_any(tf.function(lambda: model(ids, training=True)["sequence_output"]))
 
     @tf.function
     def grads(training):
@@ -274,11 +277,11 @@ def test_training_kernels_same_outputs_and_gradients(run, chunk, segments, monke
     cfg = dict(run)
     untie = cfg.pop("untie_r", True)
     two_stream = cfg.pop("two_stream", False)
-    model = small_model(**cfg)
+    model = small_model(pos_dropout="shared", **cfg)  # the kernels take one set of encodings for the batch
     if not untie:
         model = XLNetModel(XLNetConfig(n_layer=2, d_model=64, n_head=4, d_head=16, d_inner=128, n_token=50,
                                        ff_activation="gelu", untie_r=False, initializer_range=0.3, dropout=0.1,
-                                       dropatt=0.1), seed=3)
+                                       dropatt=0.1, pos_dropout="shared"), seed=3)
     rng = np.random.default_rng(1)
     b, q = 3, 13
     ids = tf.constant(rng.integers(0, 50, (b, q)), tf.int32)
