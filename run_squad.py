@@ -52,6 +52,8 @@ flags.DEFINE_integer("start_n_top", 5, "Beam size of answer starts.")
 flags.DEFINE_integer("end_n_top", 5, "Beam size of answer ends per start.")
 flags.DEFINE_integer("n_best_size", 5, "Answers kept per question in nbest.json.")
 flags.DEFINE_integer("max_answer_length", 64, "Longest answer, in pieces.")
+flags.DEFINE_bool("allow_last_paragraph_token", False, "Let an answer start or end on a window's last paragraph "
+                  "token (the original rejects such candidates).")
 flags.DEFINE_list("answer_class_hidden_sizes", [], "Hidden sizes of a deeper answer-class MLP (empty: the "
                   "original head). --head_hidden_sizes makes the start/end MLPs deeper.")
 flags.DEFINE_float("null_score_diff_threshold", 0.0, "v2.0: predict no answer when the null odds (answer-class "
@@ -187,7 +189,8 @@ def main(_):
             t0 = time.time()
             out = run_predict(model, ds, strategy, output_fn=output_fn)
             preds = postprocess(index, concat_results([out]), n_best_size=F.n_best_size,
-                                max_answer_length=F.max_answer_length)
+                                max_answer_length=F.max_answer_length,
+                                allow_last_paragraph_token=F.allow_last_paragraph_token)
             if not labelled:
                 metrics = {}
             elif v2:
@@ -228,7 +231,8 @@ def main(_):
 
         model = ft.model_for_inference(paths["model_dir"])
         SquadServing(model, tokenizer, L, Q, F.doc_stride, F.max_answer_length,
-                     null_threshold=null_threshold).export(F.export_dir)
+                     null_threshold=null_threshold,
+                     allow_last_paragraph_token=F.allow_last_paragraph_token).export(F.export_dir)
         log.info("exported SavedModel to %s (signatures: serving_default(question, context), serve_ids)",
                  F.export_dir)
 

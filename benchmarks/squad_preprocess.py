@@ -84,8 +84,8 @@ def quality(path: str, tok: XLNetTokenizer) -> dict:
     out = {"file": os.path.basename(path), "version": version, "questions": len(examples),
            "features": len(records), "answers_checked": checked, "answers_not_exact": len(failures),
            "examples_not_exact": failures[:30]}
-    for key, excl in (("oracle", False), ("oracle_original_off_by_one", True)):
-        preds = squad_postprocess.postprocess(index, results, exclude_last_paragraph_token=excl)
+    for key, allow in (("oracle_last_token_allowed", True), ("oracle", False)):
+        preds = squad_postprocess.postprocess(index, results, allow_last_paragraph_token=allow)
         scores = squad_eval.evaluate(dataset, preds.predictions, preds.null_odds if version == "2.0" else None)
         out[key] = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in scores.items()}
     return out
@@ -126,7 +126,7 @@ def main() -> None:
                   f"char->piece->char: {q['answers_not_exact']} of {q['answers_checked']}")
             for qid, gold, got in q["examples_not_exact"][:8]:
                 print(f"   {qid}: gold {gold!r} -> {got!r}")
-            for key in ("oracle", "oracle_original_off_by_one"):
+            for key in ("oracle", "oracle_last_token_allowed"):
                 s = q[key]
                 main_keys = ("exact_match", "f1") if "exact_match" in s else ("exact", "f1", "HasAns_exact",
                                                                                "HasAns_f1", "best_f1")

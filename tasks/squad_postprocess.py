@@ -1,9 +1,12 @@
 """SQuAD answer extraction from the span head's beam outputs (the original ``write_predictions``).
 
 Per example, over all its features: candidates (start_k, end_k) from ``start_top_*`` x ``end_top_*`` with
-start and end inside the paragraph tokens, the start at its max-context window, end >= start and length <=
-``max_answer_length``; score = start_log_prob + end_log_prob; the ``n_best_size`` best distinct texts (the
-ORIGINAL context substring of the pieces' character spans, stripped). Null score = the MIN ``cls_logit``
+start and end inside the paragraph tokens but not on its last one (the original rejects ``index >= paragraph_len
+- 1``), the start at its max-context window, end >= start and length <= ``max_answer_length``; score =
+start_log_prob + end_log_prob; the ``n_best_size`` best distinct texts (the ORIGINAL context substring of the
+pieces' character spans, stripped of whitespace and of invisible format characters, Unicode category Cf such as
+U+200E or U+FEFF, at its edges: a piece's span may carry one, and the scorer would count it against an exact
+match). Null score = the MIN ``cls_logit``
 over the example's features. As the original, ``predictions`` always hold the best non-null text and
 ``null_odds`` the null scores: the official v2 scorer with ``na_probs=null_odds`` finds the best threshold.
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -47,15 +51,26 @@ def _softmax(scores: List[float]) -> List[float]:
     return [x / total for x in e]
 
 
+def strip_answer(raw: str) -> Tuple[int, str]:
+    """(characters removed at the left, text): whitespace and format characters (Cf) stripped at both edges."""
+    drop = lambda ch: ch.isspace() or unicodedata.category(ch) == "Cf"
+    a, b = 0, len(raw)
+    while a < b and drop(raw[a]):
+        a += 1
+    while b > a and drop(raw[b - 1]):
+        b -= 1
+    return a, raw[a:b]
+
+
 def postprocess(index: SquadFeatureIndex, results: Mapping[str, np.ndarray], n_best_size: int = 5,
                 max_answer_length: int = 64, null_threshold: Optional[float] = None,
-                exclude_last_paragraph_token: bool = False) -> SquadPredictions:
+                allow_last_paragraph_token: bool = False) -> SquadPredictions:
     """Head outputs for the features of ``index`` -> predictions, null odds, n-best lists, character spans.
 
     ``results``: arrays keyed by :data:`RESULT_KEYS` ([F] unique_id and cls_logits, [F, start_n_top] start
     tops, [F, start_n_top * end_n_top] end tops, rows in any order). ``null_threshold``: when given, an
-    example whose null odds exceed it predicts "". ``exclude_last_paragraph_token`` reproduces the original's
-    off-by-one (``index >= paragraph_len - 1`` rejected).
+    example whose null odds exceed it predicts "". ``allow_last_paragraph_token`` lets a span start or end on a
+    window's last paragraph token, which the original rejects.
     """
     missing_keys = [k for k in RESULT_KEYS if k not in results]
     if missing_keys:
@@ -78,7 +93,7 @@ def postprocess(index: SquadFeatureIndex, results: Mapping[str, np.ndarray], n_b
     s_lp, s_ix = r["start_top_log_probs"].tolist(), r["start_top_index"].tolist()
     e_lp, e_ix = r["end_top_log_probs"].tolist(), r["end_top_index"].tolist()
     cls = r["cls_logits"].astype(np.float64).tolist()
-    margin = 1 if exclude_last_paragraph_token else 0
+    margin = 0 if allow_last_paragraph_token else 1
 
     out = SquadPredictions()
     for ex_index, feats in enumerate(index.features_by_example()):
@@ -106,12 +121,11 @@ def postprocess(index: SquadFeatureIndex, results: Mapping[str, np.ndarray], n_b
             if len(nbest) >= n_best_size:
                 break
             a, b = index.token_char_span(feats[fi], start, end)
-            raw = context[a:b]
-            text = raw.strip()
+            lead, text = strip_answer(context[a:b])
             if text in seen:
                 continue
             seen.add(text)
-            a += len(raw) - len(raw.lstrip())
+            a += lead
             nbest.append({"text": text, "start_log_prob": float(slp), "end_log_prob": float(elp),
                           "start_char": a, "end_char": a + len(text)})
         if not nbest:  # as the original: a nonce entry

@@ -299,3 +299,40 @@ def test_in_graph_piece_spans_equal_python(files, options):
         ref = tokenize_with_offsets(tok, text)
         got = [out[k][j].numpy().tolist() for k in ("ids", "starts", "ends")]
         assert got == [ref.ids, ref.starts, ref.ends], (options, text[:60])
+
+
+def test_in_graph_answer_edges_and_last_paragraph_token(files):
+    """The served span search strips invisible format characters (Cf) at the answer's edges as the Python
+    post-processing does, and rejects a span on a window's last paragraph token (the original's rule) unless
+    allowed."""
+    import tensorflow as tf
+
+    from tasks.squad_postprocess import strip_answer
+    from xlnet_tf import XLNetTokenizer
+    from xlnet_tf.export_squad import SquadServing, best_spans
+
+    tok = XLNetTokenizer(files["spiece"])
+    context = "The capital is \u200eParis\ufeff. The river is the Seine"
+    sv = SquadServing(None, tok, L, QLEN, STRIDE)
+    feats, windows, tokens = sv.features(tf.constant(["Which city?"]), tf.constant([context]))
+    starts, ends = tokens["starts"][0].numpy().tolist(), tokens["ends"][0].numpy().tolist()
+    # the pieces' spans carry the format characters: "\u200eParis", "\ufeff" (SentencePiece drops them)
+    t0 = min(t for t in range(len(starts)) if ends[t] > context.index("\u200e"))
+    t1 = min(t for t in range(len(starts)) if ends[t] > context.index("\ufeff"))
+    raw = context[starts[t0]:ends[t1]]
+    assert raw == "\u200eParis\ufeff" and strip_answer(raw) == (1, "Paris")
+
+    def span(start, end, allow=False):
+        w = int(tf.shape(windows["paragraph_len"])[0])
+        out = {"start_top_index": tf.constant([[start]] * w, tf.int32),
+               "end_top_index": tf.constant([[end]] * w, tf.int32),
+               "start_top_log_probs": tf.zeros([w, 1]), "end_top_log_probs": tf.zeros([w, 1]),
+               "cls_logits": tf.zeros([w])}
+        got = best_spans(out, windows, tokens, tf.constant([context]), 64, allow)
+        return got["answer_text"][0].numpy().decode(), int(got["answer_start"][0]), int(got["answer_end"][0])
+
+    text, a, b = span(t0, t1)
+    assert text == "Paris" and context[a:b] == "Paris"
+    last = int(windows["paragraph_len"][0]) - 1
+    assert span(last, last)[0] == ""  # rejected: no valid span
+    assert span(last, last, allow=True)[0] == strip_answer(context[starts[last]:ends[last]])[1] != ""

@@ -2,7 +2,8 @@
 
 Signatures:
 * ``serving_default(question: string [batch], context: string [batch])`` ->
-  ``answer_text`` string [batch]: the best non-null span (the ORIGINAL context substring, stripped);
+  ``answer_text`` string [batch]: the best non-null span (the ORIGINAL context substring, stripped of
+  whitespace and format characters at its edges as ``tasks.squad_postprocess.strip_answer``);
   ``answer_start``/``answer_end`` int32 [batch]: its ``[start, end)`` in CHARACTERS (Unicode code points, as
   SQuAD's ``answer_start``) of the original context string, so ``context[start:end] == answer_text``;
   ``score`` float32: start_log_prob + end_log_prob of that span; ``null_odds`` float32: the MIN ``cls_logit``
@@ -42,6 +43,7 @@ give none) and so the "no valid span" output.
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Dict, Optional, Tuple
 
 import tensorflow as tf
@@ -55,13 +57,16 @@ SEG_P, SEG_Q, SEG_CLS, SEG_PAD = 0, 1, 2, 3
 NO_SPAN_SCORE = -2e6
 # Every code point for which Python's str.isspace() is true (all are <= U+3000).
 SPACE_CODEPOINTS = tuple(cp for cp in range(0x3001) if chr(cp).isspace())
+# What an answer is stripped of at its edges (tasks.squad_postprocess.strip_answer): whitespace and the
+# invisible format characters (Unicode category Cf, e.g. U+200E, U+FEFF).
+STRIP_CODEPOINTS = SPACE_CODEPOINTS + tuple(cp for cp in range(0x110000) if unicodedata.category(chr(cp)) == "Cf")
 _BIG = 2 ** 62
 
 
 # ---------------------------------------------------------------------------------------------- small helpers
-def _is_space(codepoints: tf.Tensor) -> tf.Tensor:
+def _is_space(codepoints: tf.Tensor, table: Tuple[int, ...] = SPACE_CODEPOINTS) -> tf.Tensor:
     cps = tf.cast(codepoints, tf.int32)
-    return tf.reduce_any(tf.equal(cps[:, None], tf.constant(SPACE_CODEPOINTS, tf.int32)[None, :]), axis=1)
+    return tf.reduce_any(tf.equal(cps[:, None], tf.constant(table, tf.int32)[None, :]), axis=1)
 
 
 def _at(flat: tf.Tensor, index: tf.Tensor, pad) -> tf.Tensor:
@@ -294,7 +299,7 @@ def squad_windows(ctx_ids: tf.RaggedTensor, q_ids: tf.RaggedTensor, max_seq_leng
 
 # ---------------------------------------------------------------------------------------------- 4. best span
 def best_spans(outputs: Dict[str, tf.Tensor], windows: Dict, tokens: Dict, context: tf.Tensor,
-               max_answer_length: int) -> Dict[str, tf.Tensor]:
+               max_answer_length: int, allow_last_paragraph_token: bool = False) -> Dict[str, tf.Tensor]:
     """The head's beam outputs over all windows -> the best span per example (see the module docstring)."""
     ex = windows["example_index"]
     batch = tf.shape(context, out_type=tf.int64)[0]
@@ -305,7 +310,7 @@ def best_spans(outputs: Dict[str, tf.Tensor], windows: Dict, tokens: Dict, conte
     start = tf.repeat(s_ix, k_end, axis=1)                      # [W, k_start * k_end], (i, j) order
     slp = tf.repeat(tf.cast(outputs["start_top_log_probs"], tf.float64), k_end, axis=1)
     elp = tf.cast(outputs["end_top_log_probs"], tf.float64)
-    plen = windows["paragraph_len"][:, None]
+    plen = windows["paragraph_len"][:, None] - (0 if allow_last_paragraph_token else 1)  # as the original
     valid = ((start < plen) & (e_ix < plen) & (e_ix >= start) & (e_ix - start + 1 <= max_answer_length)
              & tf.gather(windows["max_context"], tf.minimum(start, windows["max_context"].shape[1] - 1),
                          batch_dims=1))
@@ -326,10 +331,10 @@ def best_spans(outputs: Dict[str, tf.Tensor], windows: Dict, tokens: Dict, conte
     row0 = tokens["starts"].row_starts()
     a = _at(tokens["starts"].flat_values, row0 + t0, 0)
     b = _at(tokens["ends"].flat_values, row0 + t1, 0)
-    # str.strip() on context[a:b] in code points, as the Python post-processing
+    # strip_answer(context[a:b]) in code points, as the Python post-processing
     cps = tokens["codepoints"]
     c0 = cps.row_starts()
-    word = tf.logical_not(_is_space(cps.flat_values))
+    word = tf.logical_not(_is_space(cps.flat_values, STRIP_CODEPOINTS))
     first = tf.minimum(_next_true(word, c0 + a), c0 + b) - c0
     last = _prev_true(word, c0 + b) - c0 + 1
     empty = a >= b
@@ -358,8 +363,10 @@ class SquadServing(ServingModule):
     """
 
     def __init__(self, model, tokenizer, max_seq_length: int, max_query_length: int = 64, doc_stride: int = 128,
-                 max_answer_length: int = 64, null_threshold: Optional[float] = None):
+                 max_answer_length: int = 64, null_threshold: Optional[float] = None,
+                 allow_last_paragraph_token: bool = False):
         super().__init__()
+        self.allow_last_paragraph_token = bool(allow_last_paragraph_token)
         self.model = model
         self.tokenizer = tokenizer.tf_tokenizer() if hasattr(tokenizer, "tf_tokenizer") else tokenizer
         self.max_seq_length, self.max_query_length = int(max_seq_length), int(max_query_length)
@@ -390,7 +397,8 @@ class SquadServing(ServingModule):
     def answer(self, question, context) -> Dict[str, tf.Tensor]:
         context = tf.convert_to_tensor(context, tf.string)
         feats, windows, tokens = self.features(question, context)
-        out = best_spans(self._head_outputs(feats), windows, tokens, context, self.max_answer_length)
+        out = best_spans(self._head_outputs(feats), windows, tokens, context, self.max_answer_length,
+                         self.allow_last_paragraph_token)
         if self.null_threshold is None:
             out["has_answer"] = tf.ones_like(out["null_odds"], tf.bool)
         else:
