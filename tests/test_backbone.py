@@ -346,3 +346,34 @@ def test_inference_streams_same_outputs(monkeypatch):
         assert n == 1
         trained.append(out["sequence_output"])
     np.testing.assert_array_equal(trained[0], trained[1])
+
+
+@pytest.mark.parametrize("bi_data", [False, True])
+@pytest.mark.parametrize("mode", ["per_example", "shared"])
+def test_positional_encoding_dropout_per_example(monkeypatch, bi_data, mode):
+    """As the original (encodings tiled over the batch, then dropped), each example gets its own dropout mask
+    on the relative encodings; the kept entries are the encoding / keep (forward half / backward half with
+    bi_data). ``pos_dropout="shared"`` draws one mask per encoding set."""
+    seen = []
+    call = layers.XLNetBlock.call
+
+    def record(self, h, g, mem, pos_emb, *args, **kwargs):
+        seen.append(pos_emb)
+        return call(self, h, g, mem, pos_emb, *args, **kwargs)
+
+    monkeypatch.setattr(layers.XLNetBlock, "call", record)
+    rate, b, q = 0.5, 4, 5
+    model = XLNetModel(XLNetConfig(**TINY, dropout=rate, dropatt=0.0, bi_data=bi_data, pos_dropout=mode))
+    model(tf.zeros([b, q], tf.int32), training=True)
+    pos = seen[0].numpy()
+    pe = layers.relative_positional_encoding(q, q, TINY["d_model"], "bi", bi_data, -1).numpy()  # [pb, r, d]
+    groups = pe.shape[0]
+    assert pos.shape == ((b,) if mode == "per_example" else (groups,)) + pe.shape[1:]
+    expect = np.repeat(pe, pos.shape[0] // groups, axis=0) / (1 - rate)
+    kept = pos != 0
+    np.testing.assert_allclose(pos[kept], expect[kept], rtol=1e-6)
+    assert 0.35 < kept.mean() < 0.65
+    if mode == "per_example":  # rows sharing an encoding have different masks
+        assert not np.array_equal(kept[0], kept[1])
+    model(tf.zeros([b, q], tf.int32), training=False)
+    assert not isinstance(seen[-1], tf.Tensor) or seen[-1].shape[0] == groups  # inference: no dropout, no tiling

@@ -339,3 +339,120 @@ def test_each_past_defect_moves_updates_far_beyond_the_tolerance(setup, defect, 
     moved = sorted({n for b in bad[1:] for n, x in b.items() if n not in good[0] and np.any(x)})
     worst = max(relative_errors(bad[1:], good[1:]).values())
     assert moved or worst > 5 * TOL, (defect, worst)
+
+
+# ------------------------------------------------------------------------------------------- head losses
+def _finite_difference(f, arrays, h=1e-6):
+    """Central differences of the scalar f(arrays) w.r.t. every element of every array (float64)."""
+    grads = []
+    for a in arrays:
+        g = np.zeros_like(a)
+        for i in range(a.size):
+            keep = a.flat[i]
+            a.flat[i] = keep + h
+            up = f(arrays)
+            a.flat[i] = keep - h
+            down = f(arrays)
+            a.flat[i] = keep
+            g.flat[i] = (up - down) / (2 * h)
+        grads.append(g)
+    return grads
+
+
+def _log_softmax(x):
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def _layer_norm(x, gamma, beta, eps=1e-12):
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * gamma + beta
+
+
+def _check_head_gradients(head, features, hidden, numpy_loss, variables):
+    """TF gradients of the head's mean loss w.r.t. the sequence output and the head's weights against finite
+    differences of ``numpy_loss`` (the original's formulas in float64)."""
+    import tensorflow as tf
+
+    h = tf.Variable(hidden)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(head.loss(features, head({"sequence_output": h}, features, training=True)))
+    got = tape.gradient(loss, [h] + variables)
+    arrays = [hidden.astype(np.float64)] + [v.numpy().astype(np.float64) for v in variables]
+    assert abs(float(loss) - numpy_loss(arrays)) < 1e-5 * max(1.0, abs(float(loss)))
+    want = _finite_difference(numpy_loss, arrays)
+    for v, g, w in zip(["sequence_output"] + [v.path for v in variables], got, want):
+        g = tf.convert_to_tensor(g).numpy()
+        # (the start bias has a zero gradient: every use of the start logits is shift invariant)
+        assert np.linalg.norm(g - w) <= 1e-4 * max(np.linalg.norm(w), 1e-3), (v, np.linalg.norm(g - w), w)
+
+
+def test_span_head_loss_gradients_match_numpy():
+    """run_squad.py's loss (SquadHead, training): 0.5 (CE start + CE end at the gold start's features) + 0.5 BCE
+    of the answer class on (softmax(start)-weighted H ; H[cls]), as xlnet-facts §3."""
+    import tensorflow as tf
+
+    from heads.squad import SquadHead
+
+    rng = np.random.default_rng(0)
+    b, L, d = 3, 10, 8
+    p_mask = np.zeros((b, L), np.float32)
+    p_mask[:, 5:8] = 1.0  # P P P P P <sep> Q <sep> <cls> PAD -> here: question and seps masked, CLS at 8
+    p_mask[:, 9] = 1.0
+    feats = {"p_mask": tf.constant(p_mask), "cls_index": tf.constant([8, 8, 8]),
+             "start_position": tf.constant([1, 8, 3]), "end_position": tf.constant([2, 8, 4]),
+             "is_impossible": tf.constant([0.0, 1.0, 0.0])}
+    hidden = rng.normal(0, 1, (b, L, d)).astype(np.float32)
+    head = SquadHead(d_model=d, dropout=0.0, initializer_range=0.5)
+    head({"sequence_output": tf.constant(hidden)}, feats, training=True)
+    dense0, ln = head.end_mlp[0]
+    variables = [head.start_out.kernel, head.start_out.bias, dense0.kernel, dense0.bias, ln.gamma, ln.beta,
+                 head.end_out.kernel, head.end_out.bias, head.ans_mlp[0].kernel, head.ans_mlp[0].bias,
+                 head.ans_out.kernel]
+    p = p_mask.astype(np.float64)
+    start_pos, end_pos = np.array([1, 8, 3]), np.array([2, 8, 4])
+    imp, cls = np.array([0.0, 1.0, 0.0]), np.array([8, 8, 8])
+    rows = np.arange(b)
+
+    def loss(a):
+        H, ws, bs, we, be, g, bt, wo, bo, wa, ba, wc = a
+        start = (H @ ws)[..., 0] + bs[0]
+        start = start * (1 - p) - 1e30 * p
+        start_lp = _log_softmax(start)
+        sf = H[rows, start_pos]                                           # [b, d]
+        x = np.tanh(np.concatenate([H, np.repeat(sf[:, None], L, 1)], -1) @ we + be)
+        end = (_layer_norm(x, g, bt) @ wo)[..., 0] + bo[0]
+        end_lp = _log_softmax(end * (1 - p) - 1e30 * p)
+        sp = np.exp(start_lp)
+        feat = np.concatenate([(sp[..., None] * H).sum(1), H[rows, cls]], -1)
+        logit = (np.tanh(feat @ wa + ba) @ wc)[:, 0]
+        bce = np.maximum(logit, 0) - logit * imp + np.log1p(np.exp(-np.abs(logit)))
+        ce = -start_lp[rows, start_pos] - end_lp[rows, end_pos]
+        return float(np.mean(0.5 * ce + 0.5 * bce))
+
+    _check_head_gradients(head, feats, hidden, loss, variables)
+
+
+def test_multiple_choice_head_loss_gradients_match_numpy():
+    """run_race.py's loss (MultipleChoiceHead): summary "last" -> tanh(Dense_d) -> Dense_1 -> [b, 4] -> CE."""
+    import tensorflow as tf
+
+    from heads.multiple_choice import MultipleChoiceHead
+
+    rng = np.random.default_rng(1)
+    b, L, d = 2, 6, 8
+    hidden = rng.normal(0, 1, (b * 4, L, d)).astype(np.float32)
+    feats = {"label": tf.constant([2, 0])}
+    head = MultipleChoiceHead(d, num_choices=4, dropout=0.0, initializer_range=0.5)
+    head({"sequence_output": tf.constant(hidden)}, feats, training=True)
+    variables = [head.summary.proj.kernel, head.summary.proj.bias, head.logits_dense.kernel,
+                 head.logits_dense.bias]
+    labels = np.array([2, 0])
+
+    def loss(a):
+        H, ws, bs, wl, bl = a
+        logits = ((np.tanh(H[:, -1] @ ws + bs) @ wl)[:, 0] + bl[0]).reshape(b, 4)
+        return float(np.mean(-_log_softmax(logits)[np.arange(b), labels]))
+
+    _check_head_gradients(head, feats, hidden, loss, variables)
