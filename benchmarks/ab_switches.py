@@ -3,7 +3,8 @@
 
 Each variant is a comma list of ``NAME=VALUE`` settings of upper-case module attributes of ``xlnet_tf.layers``
 or ``xlnet_tf.modeling`` (for example ``XLA_FUSIONS=0``, ``ATTN_CHUNK=0``, or ``STREAM_MIN_TOKENS=1000000000``,
-which turns the inference streams off; ``base`` = no change). The settings are read when a function is
+which turns the inference streams off) or of the model's run options (``config.pos_dropout=shared``);
+``base`` = no change. The settings are read when a function is
 traced, so every variant gets its own ``tf.function``, traced with its settings in place and timed with them
 restored: all variants share one model, one process and one machine state, and their timed repetitions take
 turns (rep 1 of every variant, then rep 2, ...). This resolves differences of a few percent that separate
@@ -19,6 +20,7 @@ processes on a shared VM cannot. Medians are reported; the first variant is the 
     python benchmarks/ab_switches.py --mode infer --shape 2x512 ATTN_CHUNK=0 base --reps 9
     python benchmarks/ab_switches.py --mode infer --shape 8x128 STREAM_MIN_TOKENS=1000000000 base --reps 15
     python benchmarks/ab_switches.py --mode pretrain --shape 2x512 FUSED_ATTENTION=0 base --reps 5
+    python benchmarks/ab_switches.py --mode train --shape 8x128 base config.pos_dropout=shared
 """
 
 from __future__ import annotations
@@ -86,8 +88,15 @@ def main(argv=None):
     from xlnet_tf import XLNetConfig, layers, modeling
     from xlnet_tf.modeling import XLNetModel
 
+    holders = {}  # "config" -> the model's config, once the model exists
+
     def module_of(name):
+        if name.startswith("config."):
+            return holders.get("config", XLNetConfig) if hasattr(XLNetConfig, name[7:]) else None
         return next((m for m in (layers, modeling) if name.isupper() and hasattr(m, name)), None)
+
+    def attr(name):
+        return name[7:] if name.startswith("config.") else name
 
     for v in args.variants:
         for name, _ in parse_variant(v):
@@ -100,6 +109,7 @@ def main(argv=None):
                       dropatt=rate)
     keras.utils.set_random_seed(0)
     model = XLNetModel(cfg, seed=0)
+    holders["config"] = model.config
     ids, seg, mask = (tf.constant(x, tf.int32) for x in _inputs(batch, seq, cfg.n_token))
     two_stream = _two_stream(batch, seq) if args.mode == "pretrain" else {}
     unused = {id(model.lm_bias)} | (set() if two_stream else {id(model.mask_emb)})
@@ -119,16 +129,16 @@ def main(argv=None):
             # every gradient is an output, so none of the backward is pruned
             return tf.stack([tf.reduce_sum(tf.square(tf.convert_to_tensor(g))) for g in grads])
 
-        saved = {name: (module_of(name), getattr(module_of(name), name)) for name, _ in settings}
+        saved = {name: (module_of(name), getattr(module_of(name), attr(name))) for name, _ in settings}
         try:
             for name, value in settings:
                 module, old = saved[name]
-                setattr(module, name, type(old)(int(value) if isinstance(old, (bool, int)) else value))
+                setattr(module, attr(name), type(old)(int(value) if isinstance(old, (bool, int)) else value))
             model.dropout_seed.assign([0, 0])
             out = step().numpy()  # traced (and warmed) with the settings in place
         finally:
             for name, (module, old) in saved.items():
-                setattr(module, name, old)
+                setattr(module, attr(name), old)
         return step, out
 
     fns, outs = {}, {}
