@@ -146,8 +146,11 @@ def test_activations_scale_with_batch_and_seq():
     cfg = XLNetConfig.base()
     a1 = estimate(cfg, 256, 1)["activations_per_block"]
     a2 = estimate(cfg, 256, 2)["activations_per_block"]
+    assert 2 * a1 == a2                           # per-example positional dropout: kr is per example too
+    shared = XLNetConfig.base(pos_dropout="shared")
+    s1, s2 = (estimate(shared, 256, b)["activations_per_block"] for b in (1, 2))
     kr = cfg.n_head * (2 * 256) * cfg.d_head * 4
-    assert 2 * a1 - a2 == kr                      # kr = R.W_r [n, r, d_head] is the only batch-independent part
+    assert 2 * s1 - s2 == kr                      # one kr = R.W_r [n, r, d_head] for the batch
     a_long = estimate(cfg, 512, 1)["activations_per_block"]
     assert 2 * a1 < a_long < 4 * a1               # linear parts + quadratic attention scores
 
@@ -259,8 +262,8 @@ def test_cli_subprocess():
 def test_fused_attention_keeps_fewer_score_tensors(monkeypatch, tmp_path):
     """The compiled attention kernels keep the probabilities and a bool mask per block (no dropped probabilities,
     no biased queries) and need no score-sized workspace; they apply only to CPU graph mode in float32 with a
-    built library."""
-    cfg = XLNetConfig.base()
+    built library, with one set of positional encodings per batch."""
+    cfg = XLNetConfig.base(pos_dropout="shared")
     plain = estimate(cfg, 512, 2, jit=False, cpu=True)
     fused = estimate(cfg, 512, 2, jit=False, cpu=True, fused_attention=True)
     score, bqd = 2 * 12 * 512 * 512, 2 * 512 * 768
@@ -274,6 +277,8 @@ def test_fused_attention_keeps_fewer_score_tensors(monkeypatch, tmp_path):
     assert not memory.fused_attention_applies(cfg, "float32", jit=False, cpu=True)   # not built
     lib.write_bytes(b"")
     assert memory.fused_attention_applies(cfg, "float32", jit=False, cpu=True)
+    assert not memory.fused_attention_applies(XLNetConfig.base(), "float32", jit=False, cpu=True)  # per example
+    assert memory.fused_attention_applies(XLNetConfig.base(dropout=0.0), "float32", jit=False, cpu=True)
     assert not memory.fused_attention_applies(cfg, "float32", jit=True, cpu=True)    # whole-step XLA
     assert not memory.fused_attention_applies(cfg, "mixed_bfloat16", jit=False, cpu=True)
     assert not memory.fused_attention_applies(cfg, "float32", jit=False, cpu=False)  # GPU/TPU

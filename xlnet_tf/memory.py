@@ -52,7 +52,8 @@ The model (one replica, one optimizer update of ``batch`` examples, ``grad_accum
   with the kernels vs 2426 estimated (-0.2%), 2895 without vs 2835 (-2.1%); with --recompute 2398 / 2354
   measured vs 1978 estimated (-17.5% / -16.0%: the graph-mode recompute peak is not modelled yet).
 
-  Once per step: the dropped positional encodings [r, d] (operand of W_r's gradient), the embedding output and
+  Once per step: the dropped positional encodings [r, d] per example (``pos_dropout="per_example"``) or per
+  batch (operand of W_r's gradient), the embedding output and
   dropout draws, the boolean segment/attention masks [b, q, k], the head's activations.
 * frozen bottom layers (``num_trainable_layers=N``): the tape only records ops that depend on a trainable
   variable, so blocks below the first trainable block keep nothing; only the input of the lowest trainable
@@ -233,7 +234,7 @@ def block_activations(c: XLNetConfig, seq_len: int, batch: int, precision: str, 
     ffn = b * q * c.d_inner
     drop, datt = c.dropout > 0, c.dropatt > 0
     mask_b = a if jit else 1                                 # XLA keeps the uniform draws, graph mode a bool mask
-    pb = 2 if c.bi_data else 1
+    pb = b if (c.pos_dropout == "per_example" and drop) else (2 if c.bi_data else 1)
     if fused_attention:  # the kernels apply the keep mask inside: no dropped (or cast) probabilities
         items = [("q, k, v [b,len,n*dh] (kernel operands)", (bqh + 2 * bkh) * a, "attn"),
                  ("kr = R.W_r [r,n*dh]", r * hd * a, "attn"),
@@ -325,8 +326,10 @@ def fused_attention_applies(c: XLNetConfig, precision: str, jit: bool, cpu: bool
     """Whether a training step would run the compiled attention kernels (``layers.FUSED_ATTENTION``): a CPU
     host, graph mode (the trainer's --jit=update or false), float32, no bi_data, d_head a multiple of 16 and
     a built library (its stamp is checked only when TensorFlow loads it: an outdated build falls back to the
-    TensorFlow ops, which keep more)."""
-    return (cpu and not jit and precision == "float32" and not c.bi_data and c.d_head % 16 == 0
+    TensorFlow ops, which keep more), and one set of positional encodings for the batch (no dropout on them, or
+    ``pos_dropout="shared"``)."""
+    one_pos_set = c.pos_dropout == "shared" or c.dropout <= 0
+    return (cpu and not jit and precision == "float32" and not c.bi_data and c.d_head % 16 == 0 and one_pos_set
             and os.path.exists(KERNEL_LIBRARY)
             and os.environ.get("XLNET_TF_FUSED_ATTENTION", "1").lower() not in ("0", "false", "no", "off"))
 
@@ -387,7 +390,8 @@ def estimate(config: Union[XLNetConfig, str, dict], seq_len: int, batch: int, pr
     r = 2 * seq_len if c.attn_type == "bi" else seq_len + 1
     shared = 0
     if n_tr > 0 or tp["embeddings"]:
-        shared += (2 if c.bi_data else 1) * r * c.d_model * (a_act + mask_b)   # dropped pos. encodings + draws
+        pos_sets = micro if (c.pos_dropout == "per_example" and c.dropout > 0) else (2 if c.bi_data else 1)
+        shared += pos_sets * r * c.d_model * (a_act + mask_b)   # dropped pos. encodings + draws
         shared += 2 * micro * seq_len * seq_len * (1 if segments else 0.5)  # bool segment-diff / attention masks
         shared += bqd * a_act                                # input of the lowest trainable block
         if tp["embeddings"] and c.dropout > 0:
