@@ -15,6 +15,7 @@ HF configs saying ``"gelu"`` are read as ``"gelu"`` (tanh), faithful to the pret
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
 from typing import Any, Dict
@@ -27,6 +28,18 @@ RUN_KEYS = ("dropout", "dropatt", "mem_len", "reuse_len", "attn_type", "bi_data"
 
 _ACTIVATION_ALIASES = {"gelu": "gelu", "gelu_new": "gelu", "gelu_tanh": "gelu", "gelu_exact": "gelu_exact",
                        "gelu_erf": "gelu_exact", "relu": "relu"}
+
+
+def _check_type(source: str, key: str, value: Any, annotation: str) -> None:
+    """JSON types per field: booleans only from JSON booleans, integers not from strings or booleans."""
+    kind = {"bool": bool, "int": int, "float": (int, float), "str": str}.get(str(annotation))
+    if kind is None:
+        return
+    ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+    if not ok:
+        want = {"bool": "a JSON boolean (true/false)", "int": "an integer", "float": "a number",
+                "str": "a string"}[str(annotation)]
+        raise ValueError(f"{source}: {key}: expected {want}, got {json.dumps(value)}")
 
 
 @dataclasses.dataclass
@@ -122,15 +135,26 @@ class XLNetConfig:
     def from_dict(cls, d: Dict[str, Any], source: str = "<dict>", **overrides) -> "XLNetConfig":
         """Builds a config from an original, HuggingFace or own dict; ``overrides`` win."""
         d = dict(d)
+        hf = "model_type" in d or "architectures" in d or "vocab_size" in d  # HF configs carry more keys
         if "vocab_size" in d and "n_token" not in d:  # HuggingFace layout
             d["n_token"] = d.pop("vocab_size")
         if "mem_len" in d and d["mem_len"] is None:
             d["mem_len"] = 0
-        fields = {f.name for f in dataclasses.fields(cls)}
+        fields = {f.name: f for f in dataclasses.fields(cls)}
         missing = [k for k in SHAPE_KEYS if k not in d and k not in overrides]
         if missing:
             raise ValueError(f"{source}: not an XLNet config, missing key(s) {missing} "
                              f"(expected the keys of xlnet_config.json: {list(SHAPE_KEYS)})")
+        for key in d:
+            if key in fields:
+                continue
+            close = difflib.get_close_matches(key, list(fields), n=1, cutoff=0.75)
+            if close or not hf:
+                hint = f"; did you mean {close[0]!r}?" if close else f" (known keys: {sorted(fields)})"
+                raise ValueError(f"{source}: unknown config key {key!r}{hint}")
+        for key, value in d.items():
+            if key in fields and value is not None:
+                _check_type(source, key, value, fields[key].type)
         kwargs = {k: v for k, v in d.items() if k in fields}
         kwargs.update(overrides)
         try:
