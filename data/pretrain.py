@@ -301,6 +301,9 @@ def create_pretrain_tfrecords(input_paths: Sequence[str] | str, output_prefix: s
         return cached["files"]
 
     stream = encode_corpus(input_paths, tokenizer, use_eod=use_eod, use_eop=use_eop, progress=progress)
+    if not np.isin(stream.ids, [tokenizer.eod_id, tokenizer.eop_id], invert=True).any():
+        raise ValueError(f"{', '.join(input_paths)}: no text to pretrain on (empty or blank files); expected "
+                         f"plain text, one sentence per line, documents separated by blank lines")
     streams = make_streams(stream, num_streams, bi_data, num_groups)
     total_steps = num_steps_for(streams[0].shape[1], seq_len, reuse_len)
     if total_steps == 0:

@@ -70,7 +70,11 @@ class XLNetTokenizer:
         self.remove_space = remove_space
         self.keep_accents = keep_accents
         self.sp = spm.SentencePieceProcessor()
-        if not self.sp.Load(spiece_model_file):
+        try:
+            loaded = self.sp.Load(spiece_model_file)
+        except (RuntimeError, OSError) as e:  # "could not parse ModelProto"
+            raise ValueError(f"{spiece_model_file}: not a SentencePiece model ({str(e).strip()})") from None
+        if not loaded:
             raise ValueError(f"{spiece_model_file}: not a valid SentencePiece model")
         for key, piece in SPECIAL_PIECES.items():
             pid = self.sp.PieceToId(piece)
