@@ -65,6 +65,9 @@ def main(_):
     if hasattr(task, "discover_labels"):
         task.discover_labels(F.data_dir)
     L = F.max_seq_length
+    run_common.start_run(F, paths["output_dir"], "run_classifier", task.name, config, tokenizer, F.do_train,
+                         train_sources=task.source_files(F.data_dir, "train") if F.do_train else (),
+                         data={"max_seq_length": L}, work_dirs=[paths["model_dir"], paths["cache_dir"]])
 
     def features(split):
         if F.overwrite_data:
@@ -87,6 +90,10 @@ def main(_):
 
     if F.do_train:
         train_path, n_train = features("train")
+        # every input is read before the first step: a bad dev or test file fails now, not after training
+        for split, wanted in (("dev", F.do_eval), ("test", F.do_predict)):
+            if wanted:
+                features(split)
         log.info("train: %d examples in %s", n_train, train_path)
         ft.train(lambda bs, ctx: cls_data.make_dataset(train_path, bs, is_training=True, seed=F.seed,
                                                        input_context=ctx),

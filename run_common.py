@@ -5,11 +5,13 @@ Each entry point calls ``define_common_flags()`` before ``app.run`` and ``finetu
 
 from __future__ import annotations
 
+import atexit
+import errno
 import json
 import logging
 import os
 import sys
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Sequence
 
 from absl import flags
 
@@ -35,6 +37,8 @@ def define_common_flags(default_seq_len: int = 128, default_lr: float = 2e-5) ->
     # --- data
     flags.DEFINE_integer("max_seq_length", default_seq_len, "Maximum sequence length in pieces.")
     flags.DEFINE_bool("overwrite_data", False, "Rebuild cached TFRecords even when valid.")
+    flags.DEFINE_bool("overwrite_output_dir", False, "Replace the run in --output_dir (its checkpoints and cached "
+                      "features) when it differs from this one; without it such a run refuses to start.")
     # --- training
     flags.DEFINE_bool("do_train", False, "Train.")
     flags.DEFINE_bool("do_eval", False, "Evaluate on the dev split.")
@@ -130,6 +134,51 @@ def train_config(F, model_dir: str):
         seed=F.seed, progress=F.progress)
 
 
+# Flags that change what a training run learns (besides the model config, the data and the tokenizer).
+TRAINING_FLAGS = ("learning_rate", "train_steps", "warmup_steps", "min_lr_ratio", "weight_decay", "adam_epsilon",
+                  "adam_bias_correction", "clip", "lr_layer_decay_rate", "layer_decay_mode", "grad_accum_steps",
+                  "precision", "num_trainable_layers", "head_hidden_sizes", "train_batch_size", "seed",
+                  "summary_type", "init_checkpoint")
+
+
+def _checkpoint_identity(path: Optional[str]):
+    """Path, sizes and mtimes of an init checkpoint's files (hashing gigabytes at every start would be slow)."""
+    if not path:
+        return None
+    files = sorted(os.path.join(path, n) for n in os.listdir(path)) if os.path.isdir(path) else \
+        sorted(p for p in (os.path.join(os.path.dirname(path) or ".", n)
+                           for n in os.listdir(os.path.dirname(path) or ".")) if p.startswith(path))
+    return {os.path.abspath(p): [os.path.getsize(p), os.stat(p).st_mtime_ns] for p in files if os.path.isfile(p)}
+
+
+def start_run(F, run_dir: str, script: str, task: str, config, tokenizer, training: bool,
+              train_sources: Optional[Sequence[str]] = (), data: Optional[Dict] = None,
+              work_dirs: Sequence[str] = ()):
+    """Checks the inputs against the model and takes ``run_dir`` for this run (``run_state.RunGuard``: lock,
+    stale temporaries, manifest). Held until the process exits. ``train_sources=None``: the training data
+    is not given to this run (reused records) and not compared."""
+    from run_state import RunGuard, fingerprint
+
+    vocab = int(tokenizer.vocab_size)
+    if vocab > config.n_token:
+        raise ValueError(f"--spiece_model_file {tokenizer.spiece_model_file}: vocabulary of {vocab} pieces, but "
+                         f"the model embeds only n_token={config.n_token}: use the model's own spiece.model")
+    manifest = {"script": script, "task": task,
+                "tokenizer": {"sha256": fingerprint(tokenizer.spiece_model_file), "uncased": bool(F.uncased)},
+                "model_shape": config.to_original_dict(), "model": config.to_dict(),
+                "data": dict(data or {}),
+                "training": {k: (_checkpoint_identity(F.init_checkpoint) if k == "init_checkpoint"
+                                 else getattr(F, k)) for k in TRAINING_FLAGS if hasattr(F, k)}}
+    if train_sources is not None:
+        manifest["train_data"] = {os.path.abspath(p): fingerprint(p) for p in train_sources}
+    temp_dirs = [os.path.dirname(os.path.abspath(F.export_dir))] if getattr(F, "export_dir", None) else []
+    guard = RunGuard(run_dir, manifest, training=training, overwrite=F.overwrite_output_dir,
+                     work_dirs=work_dirs, temp_dirs=temp_dirs)
+    guard.__enter__()
+    atexit.register(guard.__exit__, None, None, None)  # a killed run's flock is dropped by the kernel
+    return guard
+
+
 def strategy(F):
     from xlnet_tf.distribute import get_strategy
 
@@ -160,6 +209,12 @@ def write_json(path: str, obj) -> None:
     os.replace(tmp, path)
 
 
+def _fail(message: str) -> None:
+    logging.getLogger("run").error("%s", message)
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main_wrapper(main: Callable) -> Callable:
     """Runs ``main``; data/config/checkpoint errors exit with a one-line message instead of a traceback."""
 
@@ -171,8 +226,16 @@ def main_wrapper(main: Callable) -> Callable:
         try:
             return main(argv)
         except (DataError, CheckpointError, ValueError, FileNotFoundError) as e:
-            logging.getLogger("run").error("%s", e)
-            print(f"error: {e}", file=sys.stderr)
-            sys.exit(2)
+            _fail(str(e))
+        except OSError as e:
+            if e.errno != errno.ENOSPC:
+                raise
+            _fail(f"no space left on device writing {e.filename or 'the output'}; the last complete checkpoint "
+                  f"and export are kept: free space and run again to resume")
+        except Exception as e:  # TensorFlow's own writers report a full disk as an OpError
+            if "No space left on device" not in str(e):
+                raise
+            _fail(f"no space left on device ({str(e).strip().splitlines()[0][:200]}); the last complete "
+                  f"checkpoint and export are kept: free space and run again to resume")
 
     return wrapped

@@ -178,6 +178,12 @@ def main(_):
     train_paths = expand_inputs(F.train_input) if F.train_input else []
     spiece = spiece_model(F, model_dir, train_paths)
     tokenizer = XLNetTokenizer(spiece, lower=F.uncased)
+    config = build_config(F, tokenizer)
+    data_flags = ("seq_len", "reuse_len", "perm_size", "mask_alpha", "mask_beta", "num_predict", "bi_data",
+                  "max_span", "use_eod", "use_eop", "data_seed", "uncased")
+    run_common.start_run(F, model_dir, "run_pretrain", "pretrain", config, tokenizer, training=True,
+                         train_sources=train_paths or None,
+                         data={k: getattr(F, k) for k in data_flags if hasattr(F, k)}, work_dirs=[model_dir])
 
     # --- batch layout: global update batch -> k micro-steps of num_streams rows -> one group per replica
     workers = max(strategy.num_replicas_in_sync // local_replicas(strategy), 1)
@@ -213,7 +219,6 @@ def main(_):
                          f"{index['meta']['num_groups']} group(s); this run needs {num_streams} in {replicas} "
                          "(pass --train_input to rewrite them)")
 
-    config = build_config(F, tokenizer)
     log.info("model: %s", config.to_dict())
 
     heldout_files, uni_logp = None, None

@@ -104,6 +104,13 @@ def race_features(F, split: str, subset, tokenizer, cache_dir: str):
     return path, n
 
 
+def race_train_sources(data_dir: str, levels):
+    """What the training split is read from: the archive, or the train/<level> folders."""
+    if os.path.isfile(data_dir):
+        return [data_dir]
+    return [p for p in (os.path.join(data_dir, "train", lv) for lv in levels) if os.path.exists(p)] or [data_dir]
+
+
 def levels_of(dataset):
     import numpy as np
 
@@ -137,6 +144,11 @@ def main(_):
     strategy = run_common.strategy(F)
     tokenizer = run_common.tokenizer(F)
     config = run_common.model_config(F)
+    levels = race_task.select_levels(F.high_only, F.middle_only)
+    run_common.start_run(F, paths["output_dir"], "run_race", "race", config, tokenizer, F.do_train,
+                         train_sources=race_train_sources(F.data_dir, levels) if F.do_train else (),
+                         data={"max_seq_length": L, "max_qa_length": QA, "train_subset": F.train_subset},
+                         work_dirs=[paths["model_dir"], paths["cache_dir"]])
 
     def make_head():
         return MultipleChoiceHead(config.d_model, summary_type=F.summary_type, dropout=F.dropout,
@@ -147,6 +159,10 @@ def main(_):
 
     if F.do_train:
         train_path, n_train = race_features(F, "train", F.train_subset, tokenizer, paths["cache_dir"])
+        # every input is read before the first step: a bad dev or test file fails now, not after training
+        for split, wanted in ((F.eval_split, F.do_eval), ("test", F.do_predict)):
+            if wanted:
+                race_features(F, split, F.eval_subset, tokenizer, paths["cache_dir"])
         t0 = time.time()
         result = ft.train(lambda bs, ctx: race_data.race_dataset(train_path, L, bs, is_training=True, seed=F.seed,
                                                                  input_context=ctx),

@@ -124,6 +124,10 @@ def main(_):
     strategy = run_common.strategy(F)
     tokenizer = run_common.tokenizer(F)
     config = run_common.model_config(F)
+    run_common.start_run(F, paths["output_dir"], "run_squad", "squad", config, tokenizer, F.do_train,
+                         train_sources=[F.train_file] if F.do_train else (),
+                         data={"max_seq_length": L, "max_query_length": Q, "doc_stride": F.doc_stride, "v2": v2},
+                         work_dirs=[paths["model_dir"], paths["cache_dir"]])
 
     def make_head():
         return SquadHead(config.d_model, start_n_top=F.start_n_top, end_n_top=F.end_n_top, dropout=F.dropout,

@@ -1,0 +1,240 @@
+"""One run per output directory, and no silent mixing of runs (used by the run_*.py entry points).
+
+``RunGuard(run_dir, ...)`` is entered before any work:
+
+* **Lock**: ``RUN_DIR/.lock`` held with ``flock`` for the run's life; a second run fails at once naming the
+  holder's pid. The kernel releases the lock when its holder dies (kill -9 included), so a dead run never
+  blocks the next one; its pid left in the file is reported as taken over.
+* **Stale temporaries** of dead runs are removed: ``*.tmp-PID`` files and ``.tmp-PID-*`` directories whose
+  process is gone, and TensorFlow's ``ckpt-N_temp`` checkpoint directories (only ever written under the lock).
+* **Manifest** ``RUN_DIR/run_manifest.json``: what determines the trained model (script, task, training data
+  content fingerprints, tokenizer fingerprint, model config, the flags that change the model or the data).
+  A training run that finds a different manifest refuses with one line naming the differing fields and the
+  two ways on (``--overwrite_output_dir`` or another output directory); an identical one resumes (a run that
+  saved no checkpoint binds nothing: its manifest is replaced). Runs that
+  only evaluate, predict or export compare the fields that identify the model (script, task, tokenizer, model
+  shape) and write no manifest. ``--overwrite_output_dir`` removes the run's checkpoints and cached features
+  first.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+from typing import Dict, Iterable, Mapping, Optional, Sequence
+
+MANIFEST = "run_manifest.json"
+LOCK = ".lock"
+IDENTITY_KEYS = ("script", "task", "tokenizer", "model_shape")  # what a non-training run must agree on
+_TMP_FILE = re.compile(r"\.tmp-(\d+)$")
+_TMP_DIR = re.compile(r"^\.tmp-(\d+)-")
+_CKPT_TEMP = re.compile(r"^ckpt-\d+_temp$")
+
+log = logging.getLogger("run")
+
+
+class RunConflict(ValueError):
+    """Another run holds the directory, or the directory holds another run."""
+
+
+def fingerprint(path: str) -> str:
+    """sha256 of a file's bytes, or of a directory's relative paths and file bytes (sorted walk)."""
+    h = hashlib.sha256()
+    if os.path.isdir(path):
+        for root, dirs, files in os.walk(path):
+            dirs.sort()
+            for name in sorted(files):
+                full = os.path.join(root, name)
+                h.update(os.path.relpath(full, path).encode("utf-8") + b"\0")
+                _hash_file(full, h)
+    else:
+        _hash_file(path, h)
+    return h.hexdigest()
+
+
+def _hash_file(path: str, h) -> None:
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temporaries(directories: Iterable[str]) -> list:
+    """Removes dead runs' temporaries in ``directories`` (recursively); returns the removed paths."""
+    removed = []
+    for top in dict.fromkeys(d for d in directories if d and os.path.isdir(d)):
+        for root, dirs, files in os.walk(top):
+            for name in list(dirs):
+                m = _TMP_DIR.match(name)
+                if (m and not _alive(int(m.group(1)))) or _CKPT_TEMP.match(name):
+                    shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+                    removed.append(os.path.join(root, name))
+                    dirs.remove(name)
+            for name in files:
+                m = _TMP_FILE.search(name)
+                if m and not _alive(int(m.group(1))):
+                    os.remove(os.path.join(root, name))
+                    removed.append(os.path.join(root, name))
+    return removed
+
+
+def _flatten(d: Mapping, prefix: str = "") -> Dict[str, object]:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping) and v:
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def manifest_differences(old: Mapping, new: Mapping, keys: Optional[Sequence[str]] = None) -> list:
+    """Dotted names of the fields that differ (restricted to the top-level ``keys`` when given)."""
+    if keys is not None:
+        old = {k: old.get(k) for k in keys}
+        new = {k: new.get(k) for k in keys}
+    a, b = _flatten(old), _flatten(new)
+    return sorted(k for k in set(a) | set(b) if a.get(k, "<absent>") != b.get(k, "<absent>"))
+
+
+def _write_json_atomic(path: str, obj) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=2, sort_keys=True)
+            f.write("\n")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+class RunGuard:
+    """Context manager: lock, cleanup, manifest check (see the module docstring).
+
+    ``run_dir``: the directory the run owns (its manifest and lock); ``work_dirs``: the run's checkpoint and
+    cache directories (removed by ``overwrite``; cleaned of temporaries); ``temp_dirs``: more directories to
+    clean of dead runs' temporaries (e.g. the export's parent)."""
+
+    def __init__(self, run_dir: str, manifest: Mapping, training: bool, overwrite: bool = False,
+                 work_dirs: Sequence[str] = (), temp_dirs: Sequence[str] = ()):
+        self.run_dir = run_dir
+        self.manifest = json.loads(json.dumps(manifest))  # plain JSON types, as read back
+        self.training, self.overwrite = training, overwrite
+        self.work_dirs, self.temp_dirs = list(work_dirs), list(temp_dirs)
+        self._lock = None
+
+    def __enter__(self) -> "RunGuard":
+        os.makedirs(self.run_dir, exist_ok=True)
+        self._acquire()
+        try:
+            removed = remove_stale_temporaries([self.run_dir] + self.work_dirs + self.temp_dirs)
+            if removed:
+                log.warning("removed %d temporaries of a dead run (e.g. %s)", len(removed), removed[0])
+            self._check_manifest()
+        except BaseException:
+            self._release()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._release()
+
+    # ------------------------------------------------------------------ lock
+    def _acquire(self) -> None:
+        path = os.path.join(self.run_dir, LOCK)
+        f = open(path, "a+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            f.seek(0)
+            holder = f.read().strip() or "unknown"
+            f.close()
+            raise RunConflict(f"{self.run_dir} is in use by another run (pid {holder}); wait for it to finish "
+                              f"or pass another --output_dir") from None
+        f.seek(0)
+        previous = f.read().strip()
+        if previous.isdigit() and int(previous) != os.getpid():
+            log.warning("took over the lock of %s from a run that is gone (pid %s)", self.run_dir, previous)
+        f.seek(0)
+        f.truncate()
+        f.write(str(os.getpid()))
+        f.flush()
+        self._lock = f
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.seek(0)
+            self._lock.truncate()  # an empty lock file: the run ended normally
+            self._lock.flush()
+            fcntl.flock(self._lock, fcntl.LOCK_UN)
+            self._lock.close()
+            self._lock = None
+
+    # ------------------------------------------------------------------ manifest
+    def _check_manifest(self) -> None:
+        path = os.path.join(self.run_dir, MANIFEST)
+        old = None
+        if os.path.exists(path):
+            try:
+                with open(path, encoding="utf-8") as f:
+                    old = json.load(f)
+            except ValueError:
+                old = {"unreadable manifest": True}
+        if self.overwrite and self.training:
+            for d in self.work_dirs:
+                self._clear(d)
+            old = None
+        if old is not None:
+            # a key this run leaves out (e.g. pretraining records reused without --train_input) is not compared
+            keys = list(self.manifest) if self.training else list(IDENTITY_KEYS)
+            diff = manifest_differences(old, self.manifest, keys)
+            if diff and self.training and not self._has_checkpoints():
+                log.info("%s: replacing the manifest of a run that saved no checkpoint", self.run_dir)
+                old, diff = None, []
+            if diff:
+                shown = ", ".join(diff[:8]) + (f" (+{len(diff) - 8} more)" if len(diff) > 8 else "")
+                raise RunConflict(f"{self.run_dir} holds another run (differs in: {shown}); pass "
+                                  f"--overwrite_output_dir to replace it, or use a new --output_dir")
+        elif self.training and self._has_checkpoints():
+            raise RunConflict(f"{self.run_dir} holds checkpoints but no {MANIFEST} (an older or foreign run); "
+                              f"pass --overwrite_output_dir to replace it, or use a new --output_dir")
+        if self.training:
+            _write_json_atomic(path, {**(old or {}), **self.manifest})
+
+    def _clear(self, directory: str) -> None:
+        """Removes a work directory; the run directory itself only loses its checkpoints (it holds the lock)."""
+        if not os.path.isdir(directory):
+            return
+        if os.path.abspath(directory) != os.path.abspath(self.run_dir):
+            shutil.rmtree(directory)
+            os.makedirs(directory)
+            return
+        for name in os.listdir(directory):
+            if name == "checkpoint" or name.startswith(("ckpt-", "events.out.tfevents")) or name in (
+                    MANIFEST, "train_history.json"):
+                full = os.path.join(directory, name)
+                shutil.rmtree(full) if os.path.isdir(full) else os.remove(full)
+
+    def _has_checkpoints(self) -> bool:
+        return any(os.path.exists(os.path.join(d, "checkpoint")) for d in self.work_dirs + [self.run_dir])
