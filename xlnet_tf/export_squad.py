@@ -8,8 +8,8 @@ Signatures:
   SQuAD's ``answer_start``) of the original context string, so ``context[start:end] == answer_text``;
   ``score`` float32: start_log_prob + end_log_prob of that span; ``null_odds`` float32: the MIN ``cls_logit``
   over the context's windows (the v2 no-answer score, as ``null_odds.json``); ``no_answer_probability`` =
-  sigmoid(null_odds); ``has_answer`` bool = ``null_odds <= null_threshold`` (the threshold baked in at export;
-  always true when exported without one). When no span is valid (empty context): text "", start = end = -1,
+  sigmoid(null_odds); ``has_answer`` bool = a span was found and ``null_odds <= null_threshold`` (the threshold
+  baked in at export; without one, only the first condition). When no span is valid (empty context): text "", start = end = -1,
   score -2e6 (the nonce entry of ``tasks.squad_postprocess``).
 * ``serve_ids(input_ids, segment_ids, padding_mask, p_mask: int32 [windows, L], cls_index: int32 [windows])``
   -> the head's raw beam outputs (``start_top_*``, ``end_top_*``, ``cls_logits``), one row per window.
@@ -399,10 +399,11 @@ class SquadServing(ServingModule):
         feats, windows, tokens = self.features(question, context)
         out = best_spans(self._head_outputs(feats), windows, tokens, context, self.max_answer_length,
                          self.allow_last_paragraph_token)
+        found = out["answer_start"] >= 0  # no valid span (an empty or blank context): no answer
         if self.null_threshold is None:
-            out["has_answer"] = tf.ones_like(out["null_odds"], tf.bool)
+            out["has_answer"] = found
         else:
-            out["has_answer"] = out["null_odds"] <= self.null_threshold
+            out["has_answer"] = found & (out["null_odds"] <= self.null_threshold)
         return out
 
     def text_fn(self):

@@ -18,9 +18,10 @@ def atomic_directory(directory: str) -> Iterator[str]:
     """
     parent = os.path.dirname(os.path.abspath(directory)) or "."
     os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".tmp-", dir=parent)
+    tmp = tempfile.mkdtemp(prefix=f".tmp-{os.getpid()}-", dir=parent)  # the pid: a dead run's leftover is known
     try:
         yield tmp
+        normal_permissions(tmp)
         old = None
         if os.path.exists(directory):
             old = tempfile.mkdtemp(prefix=".old-", dir=parent)
@@ -32,3 +33,17 @@ def atomic_directory(directory: str) -> Iterator[str]:
     finally:
         if os.path.exists(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def normal_permissions(top: str) -> None:
+    """Gives ``top`` and everything under it the permissions the umask grants new files (mkdtemp makes 0700
+    directories, which a server running as another user could not read)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(top, 0o777 & ~umask)
+    for root, dirs, files in os.walk(top):
+        for d in dirs:
+            os.chmod(os.path.join(root, d), 0o777 & ~umask)
+        for f in files:
+            path = os.path.join(root, f)
+            os.chmod(path, (0o777 if os.access(path, os.X_OK) else 0o666) & ~umask)

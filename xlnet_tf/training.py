@@ -251,7 +251,14 @@ class Trainer:
             self.manager = tf.train.CheckpointManager(self.checkpoint, self._ckpt_dir, cfg.keep_checkpoint_max,
                                                       step_counter=self.step)
         if latest:
-            self.checkpoint.restore(latest).assert_existing_objects_matched()
+            try:
+                self.checkpoint.restore(latest).assert_existing_objects_matched()
+            except (ValueError, AssertionError, tf.errors.InvalidArgumentError) as e:
+                from xlnet_tf.checkpoint import CheckpointError
+
+                detail = str(e).strip().splitlines()[0][:300]
+                raise CheckpointError(f"{latest}: this checkpoint does not fit the model being trained ({detail}); "
+                                      f"use a new output directory or remove it") from None
         self.restored_from = latest
         self._step_fn = self._build_step()
 
