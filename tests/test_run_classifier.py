@@ -200,18 +200,21 @@ def test_bad_inputs_fail_clearly_and_damage_nothing(sst2_run, config_file, tmp_p
     (bad / "train.tsv").write_text("sentence\tlabel\ngood movie\t1\nno label column here\n")
     (bad / "dev.tsv").write_text("sentence\tlabel\nfine\t1\n")
     common = ["--do_train", "--do_eval", f"--export_dir={export}"]
-    fail(base_args("sst-2", bad, config_file, out, extra=common), str(bad / "train.tsv"), "line 3")
+    # into the finished run's directory: refused (another training set), nothing touched
+    fail(base_args("sst-2", bad, config_file, out, extra=common), "differs in: train_data")
+    fresh = tmp_path / "fresh"
+    fail(base_args("sst-2", bad, config_file, fresh, extra=common), str(bad / "train.tsv"), "line 3")
     (bad / "train.tsv").write_text("sentence\tlabel\ngood movie\t7\n")
-    fail(base_args("sst-2", bad, config_file, out, extra=common), "line 2", "'label'", "'7'")
+    fail(base_args("sst-2", bad, config_file, fresh, extra=common), "line 2", "'label'", "'7'")
     (bad / "train.tsv").write_text("")
-    fail(base_args("sst-2", bad, config_file, out, extra=common), str(bad / "train.tsv"))
+    fail(base_args("sst-2", bad, config_file, fresh, extra=common), str(bad / "train.tsv"))
     fail(base_args("no-such-task", bad, config_file, out, extra=common), "no-such-task", "sst-2")
     # a checkpoint of the wrong size: our format saved from a d_model=32 model
     from xlnet_tf import XLNetConfig, XLNetModel
 
     small = tmp_path / "small_ckpt"
     XLNetModel(XLNetConfig(**dict(TINY, d_model=32, d_head=16))).save_pretrained(str(small))
-    fail(base_args("sst-2", shared_path("glue", "SST-2"), config_file, out,
+    fail(base_args("sst-2", shared_path("glue", "SST-2"), config_file, tmp_path / "fresh2",
                    extra=common + [f"--init_checkpoint={small}"]), "d_model", "64", "32")
     after = {p: _digest(p) for p in before}
     assert after == before

@@ -151,9 +151,11 @@ def test_export_fresh_process_matches_python_postprocessing(files, v2_run, tmp_p
         _check_span(served, i, c)
     p = np.asarray(served["no_answer_probability"])
     assert np.allclose(p, 1 / (1 + np.exp(-np.asarray(served["null_odds"]))), atol=1e-6)
-    assert served["has_answer"] == [o <= 0.0 for o in served["null_odds"]]
+    # has_answer: a span was found and the null odds are under the threshold; an empty context has no answer
+    assert served["has_answer"] == [o <= 0.0 and s >= 0 for o, s in zip(served["null_odds"],
+                                                                        served["answer_start"])]
     n = len(dev)
-    assert served["answer_text"][-1] == "" and served["answer_start"][-1] == -1  # empty context: no span
+    assert served["answer_text"][-1] == "" and served["answer_start"][-1] == -1 and not served["has_answer"][-1]
 
     import tensorflow as tf
 

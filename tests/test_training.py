@@ -301,3 +301,11 @@ def test_multi_worker_mirrored_two_local_workers(tmp_path):
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-3")
     assert sorted(os.listdir(tmp_path)) == ["checkpoint", "ckpt-2.data-00000-of-00001", "ckpt-2.index",
                                             "ckpt-3.data-00000-of-00001", "ckpt-3.index", "train"]
+
+
+def test_checkpoint_of_another_shape_is_one_clear_error(tmp_path):
+    from xlnet_tf.checkpoint import CheckpointError
+
+    training.train(make_model(), make_dataset_fn(4), config(model_dir=str(tmp_path), train_steps=1))
+    with pytest.raises(CheckpointError, match="ckpt-1: this checkpoint does not fit the model being trained"):
+        training.Trainer(make_model(n_layer=3), make_dataset_fn(4), config(model_dir=str(tmp_path), train_steps=2))
