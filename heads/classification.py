@@ -15,7 +15,7 @@ from typing import Dict, Sequence
 import keras
 import tensorflow as tf
 
-from heads.base import Head
+from xlnet_tf.head import Head
 from heads.summary import SequenceSummary
 
 

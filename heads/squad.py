@@ -22,7 +22,7 @@ from typing import Dict, Sequence
 import keras
 import tensorflow as tf
 
-from heads.base import Head
+from xlnet_tf.head import Head
 
 NEG = 1e30  # applied in float32 only
 

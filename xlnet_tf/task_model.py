@@ -14,7 +14,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from heads.base import Head
+from xlnet_tf.head import Head
 from xlnet_tf import checkpoint
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.modeling import WrapsBackbone, XLNetModel
