@@ -156,7 +156,7 @@ def main(_):
 
     from data import pretrain as P
     from xlnet_tf import XLNetTokenizer, checkpoint
-    from xlnet_tf.pretrain_model import PretrainModel, evaluate_plm, make_train_dataset_fn, unigram_log_probs
+    from xlnet_tf.pretrain_model import PretrainModel, evaluate_plm, unigram_log_probs
     from xlnet_tf.training import Trainer, write_scalar
 
     if not F.model_dir:
@@ -238,7 +238,7 @@ def main(_):
             log.info("initialised the backbone from %s", F.init_checkpoint)
         return model
 
-    dataset_fn = make_train_dataset_fn(files, seq_len, F.reuse_len, per_replica, k,
+    dataset_fn = P.make_train_dataset_fn(files, seq_len, F.reuse_len, per_replica, k,
                                        seed=F.data_seed, **sampler)
     trainer = Trainer(model_fn, dataset_fn, run_common.train_config(F, model_dir), strategy)
     if trainer.restored_from:

@@ -526,3 +526,46 @@ def make_pretrain_dataset(files, seq_len: int, reuse_len: int, batch_size: int, 
         ds = ds.repeat()
     ds = ds.enumerate().map(_map, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+
+
+# ---------------------------------------------------------------------------------------------- the loop's input
+def regroup_for_accumulation(ds: tf.data.Dataset, num_replicas: int, grad_accum_steps: int) -> tf.data.Dataset:
+    """Reorders per-replica batches so that memory rows stay aligned with gradient accumulation.
+
+    ``data/pretrain.py`` yields, per step s, one batch per replica: ``(s, g0), (s, g1), ...``. One pipeline of
+    ``distribute_datasets_from_function`` hands successive elements to the local replicas in turn and the
+    loop stacks ``k`` consecutive elements per replica, so each group of ``R*k`` batches is reordered to
+    ``(s, g0), (s+1, g0), ..., (s+k-1, g0), (s, g1), ...``: replica r then gets its own streams at k
+    consecutive steps, as its memory needs. Identity when ``R == 1`` or ``k == 1``.
+    """
+    import tensorflow as tf
+
+    r, k = int(num_replicas), int(grad_accum_steps)
+    if r == 1 or k == 1:
+        return ds
+
+    def reorder(batch):
+        def one(x):
+            shape = tf.shape(x)
+            x = tf.reshape(x, tf.concat([[k, r], shape[1:]], 0))
+            x = tf.transpose(x, tf.concat([[1, 0], tf.range(2, tf.rank(x))], 0))
+            return tf.reshape(x, shape)
+
+        return tf.nest.map_structure(one, batch)
+
+    return ds.batch(r * k, drop_remainder=True).map(reorder).unbatch()
+
+
+def make_train_dataset_fn(files, seq_len: int, reuse_len: int, per_replica_batch: int, grad_accum_steps: int = 1,
+                          **sampler):
+    """``dataset_fn(input_context)`` for ``Trainer``: per-replica batches in stream order (never shuffled).
+
+    ``sampler``: ``num_predict, perm_size, mask_alpha, mask_beta, bi_data, seed, max_span, sep_id, cls_id``
+    of ``make_pretrain_dataset``.
+    """
+    def dataset_fn(ctx: tf.distribute.InputContext):
+        ds = make_pretrain_dataset(files, seq_len, reuse_len, per_replica_batch, repeat=True, **sampler)
+        local = max(ctx.num_replicas_in_sync // max(ctx.num_input_pipelines, 1), 1)
+        return regroup_for_accumulation(ds, local, grad_accum_steps)
+
+    return dataset_fn

@@ -79,7 +79,7 @@ def records(work: dict, num_streams: int, num_groups: int, bi_data: bool = True,
 
 
 def dataset_fn(files, per_replica, k=1, bi_data=True, seed=3):
-    from xlnet_tf.pretrain_model import make_train_dataset_fn
+    from data.pretrain import make_train_dataset_fn
 
     return make_train_dataset_fn(files, SEQ, REUSE, per_replica, k, num_predict=PREDICT, perm_size=4,
                                  bi_data=bi_data, seed=seed)
@@ -292,7 +292,7 @@ def test_loop_loss_memory_and_learning(work):
 
 
 def test_regroup_for_accumulation():
-    from xlnet_tf.pretrain_model import regroup_for_accumulation
+    from data.pretrain import regroup_for_accumulation
 
     ds = tf.data.Dataset.range(12).map(lambda i: {"x": tf.fill([2], i)})  # batch i = (step i // 2, group i % 2)
     got = [int(b["x"][0]) for b in regroup_for_accumulation(ds, 2, 3)]
