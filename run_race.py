@@ -217,7 +217,7 @@ def main(_):
         log.info("predictions: %s", out_file)
 
     if F.export_dir:
-        from xlnet_tf.export_race import RaceServing
+        from tasks.race_serving import RaceServing
 
         model = ft.model_for_inference(paths["model_dir"])
         RaceServing(model, tokenizer, L, QA).export(F.export_dir)

@@ -25,7 +25,7 @@ OUTPUT_DIR):
 Also ``model/train_history.json`` ([[step, loss], ...], --do_train) and cached features in ``data/``.
 
 ``--export_dir``: a SavedModel answering raw ``question`` + ``context`` strings (any length: sliding windows
-in-graph), see ``xlnet_tf/export_squad.py``; ``has_answer`` uses ``--null_score_diff_threshold`` (v2.0).
+in-graph), see ``tasks/squad_serving.py``; ``has_answer`` uses ``--null_score_diff_threshold`` (v2.0).
 
 Bad input files exit with code 2 and a one-line message naming the file and the json path of the bad field.
 """
@@ -231,7 +231,7 @@ def main(_):
                      predict_dir)
 
     if F.export_dir:
-        from xlnet_tf.export_squad import SquadServing
+        from tasks.squad_serving import SquadServing
 
         model = ft.model_for_inference(paths["model_dir"])
         SquadServing(model, tokenizer, L, Q, F.doc_stride, F.max_answer_length,

@@ -139,7 +139,7 @@ def test_fill_blanks_is_python_replace():
     import tensorflow as tf
 
     from data.race import qa_text
-    from xlnet_tf.export_race import fill_blanks
+    from tasks.race_serving import fill_blanks
 
     qs = ["Tom has a _ .", "No blank here?", "_ starts", "ends _", "a__b_", "", "_", "x \\1 _ y", "h\u00e9 _ w _"]
     opts = ["cat", "opt", "O", "E\\0", "Z", "empty", "", "$1 \\g<0>", "\u00fc\u6f22"]
@@ -153,7 +153,7 @@ def test_in_graph_features_equal_python(tokenizer, dev_examples, max_seq_length,
 
     from data.race import qa_text
     from tasks.race import RaceExample
-    from xlnet_tf.export_race import RaceServing
+    from tasks.race_serving import RaceServing
 
     def pick(level, blank, n):
         return [ex for ex in dev_examples if ex.level == level and ("_" in ex.question) == blank][:n]

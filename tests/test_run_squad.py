@@ -161,7 +161,7 @@ def test_export_fresh_process_matches_python_postprocessing(files, v2_run, tmp_p
 
     from heads.squad import SquadHead
     from xlnet_tf import XLNetConfig, XLNetTokenizer
-    from xlnet_tf.export_squad import SquadServing
+    from tasks.squad_serving import SquadServing
     from xlnet_tf.finetune import FineTuner
 
     tok = XLNetTokenizer(files["spiece"])
@@ -289,7 +289,7 @@ def test_in_graph_piece_spans_equal_python(files, options):
 
     from data.squad import tokenize_with_offsets
     from xlnet_tf import XLNetTokenizer
-    from xlnet_tf.export_squad import tokenize_with_offsets as tf_tokenize_with_offsets
+    from tasks.squad_serving import tokenize_with_offsets as tf_tokenize_with_offsets
 
     tok = XLNetTokenizer(files["spiece"], **options)
     tft = tok.tf_tokenizer()
@@ -311,7 +311,7 @@ def test_in_graph_answer_edges_and_last_paragraph_token(files):
 
     from tasks.squad_postprocess import strip_answer
     from xlnet_tf import XLNetTokenizer
-    from xlnet_tf.export_squad import SquadServing, best_spans
+    from tasks.squad_serving import SquadServing, best_spans
 
     tok = XLNetTokenizer(files["spiece"])
     context = "The capital is \u200eParis\ufeff. The river is the Seine"
