@@ -32,7 +32,7 @@ log = logging.getLogger("run_classifier")
 
 
 def build_task(F):
-    from tasks.classification import get_task
+    from tasks.registry import get_task
 
     name = F.task or F.task_name
     if not name:

@@ -13,7 +13,7 @@ import csv
 import json
 import os
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from tasks.errors import DataError
 
@@ -258,33 +258,6 @@ def read_jsonl(path: str, text_a: str, text_b: Optional[str], label: Optional[st
     if not out:
         raise DataError(path, None, "empty file; expected one JSON object per line")
     return out
-
-
-# -------------------------------------------------------------------- registry
-def _registry() -> Dict[str, Callable[..., ClassificationTask]]:
-    from tasks import glue, text_classification
-
-    return {**glue.TASKS, **text_classification.TASKS}
-
-
-def _key(name: str) -> str:
-    return name.lower().replace("-", "").replace("_", "")
-
-
-def task_names() -> List[str]:
-    return sorted(_registry())
-
-
-def get_task(name: str, **options) -> ClassificationTask:
-    """Task by name (case-insensitive, '-'/'_' optional). ``options`` configure ``generic`` only."""
-    reg = _registry()
-    by_key = {_key(k): k for k in reg}
-    if _key(name) not in by_key:
-        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(reg))}")
-    canonical = by_key[_key(name)]
-    if options and canonical != "generic":
-        raise ValueError(f"task {canonical!r} takes no options (got {sorted(options)}); only 'generic' does")
-    return reg[canonical](**options)
 
 
 def source_identity(paths: Sequence[str]) -> List[dict]:

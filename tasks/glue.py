@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -67,7 +67,7 @@ TASKS = {
 }
 
 
-def write_glue_predictions(task: Union[str, ClassificationTask], predictions, path: str,
+def write_glue_predictions(task: ClassificationTask, predictions, path: str,
                            indices: Optional[Sequence[int]] = None) -> str:
     """Writes a GLUE submission file ``index<TAB>prediction`` (with that header), atomically.
 
@@ -75,10 +75,6 @@ def write_glue_predictions(task: Union[str, ClassificationTask], predictions, pa
     Classification rows hold the label string (``entailment``, ``1``...), regression rows the score.
     The GLUE site expects the file to be named ``<task.submission>.tsv`` (e.g. ``MNLI-m.tsv``).
     """
-    if isinstance(task, str):
-        from tasks.classification import get_task
-
-        task = get_task(task)
     preds = np.asarray(predictions)
     if task.regression:
         values = [f"{float(v):.6g}" for v in preds.reshape(len(preds), -1)[:, 0]] if preds.size else []

@@ -94,12 +94,8 @@ def _to_ids(task, values) -> np.ndarray:
 
 
 def compute_metrics(task, labels, predictions) -> Dict[str, float]:
-    """The task's metrics. ``task``: a task object or name. Classification labels/predictions may be ids,
-    label strings, or (predictions) logits [n, C]; regression ones are floats."""
-    if isinstance(task, str):
-        from tasks.classification import get_task
-
-        task = get_task(task)
+    """The task's metrics. ``task``: a ClassificationTask (``tasks.registry.get_task``). Classification
+    labels/predictions may be ids, label strings, or (predictions) logits [n, C]; regression ones are floats."""
     y, p = _to_ids(task, labels), _to_ids(task, predictions)
     out: Dict[str, float] = {}
     for name in task.metrics:

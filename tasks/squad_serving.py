@@ -9,8 +9,8 @@ Signatures:
   ``score`` float32: start_log_prob + end_log_prob of that span; ``null_odds`` float32: the MIN ``cls_logit``
   over the context's windows (the v2 no-answer score, as ``null_odds.json``); ``no_answer_probability`` =
   sigmoid(null_odds); ``has_answer`` bool = a span was found and ``null_odds <= null_threshold`` (the threshold
-  baked in at export; without one, only the first condition). When no span is valid (empty context): text "", start = end = -1,
-  score -2e6 (the nonce entry of ``tasks.squad_postprocess``).
+  baked in at export; without one, only the first condition). When no span is valid (empty context): text "",
+  start = end = -1, score -2e6 (the nonce entry of ``tasks.squad_postprocess``).
 * ``serve_ids(input_ids, segment_ids, padding_mask, p_mask: int32 [windows, L], cls_index: int32 [windows])``
   -> the head's raw beam outputs (``start_top_*``, ``end_top_*``, ``cls_logits``), one row per window.
 

@@ -10,7 +10,8 @@ import pytest
 
 from data.classification import (build_features, encode_many, encode_texts, iter_features, make_dataset,
                                  task_features, truncate_pair, write_features)
-from tasks.classification import Example, get_task, task_names
+from tasks.classification import Example
+from tasks.registry import get_task, task_names
 from tasks.errors import DataError
 from tasks.glue import write_glue_predictions
 from tasks.text_classification import GenericTask
@@ -389,13 +390,13 @@ def test_task_features_real(tmp_path, spiece_tok):
 
 # ------------------------------------------------------------------------------------------- GLUE submission
 def test_write_glue_predictions(tmp_path):
-    p = write_glue_predictions("rte", [1, 0, 1], str(tmp_path / "RTE.tsv"))
+    p = write_glue_predictions(get_task("rte"), [1, 0, 1], str(tmp_path / "RTE.tsv"))
     assert open(p).read() == "index\tprediction\n0\tnot_entailment\n1\tentailment\n2\tnot_entailment\n"
-    p = write_glue_predictions("sts-b", np.array([[4.25], [0.5]]), str(tmp_path / "STS-B.tsv"))
+    p = write_glue_predictions(get_task("sts-b"), np.array([[4.25], [0.5]]), str(tmp_path / "STS-B.tsv"))
     assert open(p).read() == "index\tprediction\n0\t4.25\n1\t0.5\n"
-    p = write_glue_predictions("mnli", np.array([[0.1, 2.0, 0.3]]), str(tmp_path / "MNLI-m.tsv"))
+    p = write_glue_predictions(get_task("mnli"), np.array([[0.1, 2.0, 0.3]]), str(tmp_path / "MNLI-m.tsv"))
     assert open(p).read().splitlines()[1] == "0\tentailment"
     with pytest.raises(ValueError, match="not a label id"):
-        write_glue_predictions("sst-2", [0, 2], str(tmp_path / "SST-2.tsv"))
+        write_glue_predictions(get_task("sst-2"), [0, 2], str(tmp_path / "SST-2.tsv"))
     assert sorted(os.listdir(tmp_path)) == ["MNLI-m.tsv", "RTE.tsv", "STS-B.tsv"]
     assert get_task("mnli-mm").submission == "MNLI-mm"

@@ -21,3 +21,27 @@ def test_library_imports_nothing_from_the_rooms_above():
                 found += [f"{os.path.relpath(path, REPO)}:{node.lineno} {m}" for m in modules
                           if m.split(".")[0] in ABOVE]
     assert not found, found
+
+
+def test_no_import_circle_between_task_modules():
+    """tasks/*.py import each other one way only (a lazy import inside a function counts too)."""
+    graph = {}
+    folder = os.path.join(REPO, "tasks")
+    for name in os.listdir(folder):
+        if name.endswith(".py"):
+            tree = ast.parse(open(os.path.join(folder, name), encoding="utf-8").read())
+            deps = set()
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module == "tasks":
+                    deps |= {a.name for a in node.names}
+                elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tasks."):
+                    deps.add(node.module.split(".")[1])
+            graph[name[:-3]] = deps
+
+    def visit(module, path):
+        assert module not in path, " -> ".join(path + [module])
+        for dep in graph.get(module, ()):
+            visit(dep, path + [module])
+
+    for module in graph:
+        visit(module, [])

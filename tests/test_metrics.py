@@ -7,6 +7,7 @@ import pytest
 
 from tasks.metrics import (accuracy, compute_metrics, error_rate, f1, matthews_corrcoef, pearson, rankdata,
                            spearman)
+from tasks.registry import get_task
 
 
 def test_hand_computed():
@@ -64,15 +65,16 @@ def test_against_scipy_sklearn():
 
 
 def test_compute_metrics_per_task():
-    m = compute_metrics("mrpc", ["1", "1", "0", "0", "1"], [1, 0, 0, 1, 1])
+    m = compute_metrics(get_task("mrpc"), ["1", "1", "0", "0", "1"], [1, 0, 0, 1, 1])
     assert set(m) == {"accuracy", "f1"} and m["f1"] == pytest.approx(2 / 3) and m["accuracy"] == 0.6
-    m = compute_metrics("CoLA", [1, 1, 0, 0, 1], np.array([[0, 1], [1, 0], [1, 0], [0, 1], [0, 1]]))  # logits
+    logits = np.array([[0, 1], [1, 0], [1, 0], [0, 1], [0, 1]])
+    m = compute_metrics(get_task("CoLA"), [1, 1, 0, 0, 1], logits)
     assert set(m) == {"mcc", "accuracy"} and m["mcc"] == pytest.approx(1 / 6)
-    m = compute_metrics("sts-b", [1, 2, 3, 4, 5], [2, 4, 5, 4, 5])
+    m = compute_metrics(get_task("sts-b"), [1, 2, 3, 4, 5], [2, 4, 5, 4, 5])
     assert set(m) == {"pearson", "spearman"} and m["spearman"] == pytest.approx(7 / math.sqrt(90))
-    m = compute_metrics("imdb", ["neg", "pos", "pos", "neg"], ["neg", "pos", "neg", "neg"])
+    m = compute_metrics(get_task("imdb"), ["neg", "pos", "pos", "neg"], ["neg", "pos", "neg", "neg"])
     assert m == {"accuracy": 0.75, "error_rate": 0.25}
-    assert compute_metrics("rte", ["entailment"], [0]) == {"accuracy": 1.0}
+    assert compute_metrics(get_task("rte"), ["entailment"], [0]) == {"accuracy": 1.0}
     # positive class is the label "1", whatever its id
     from tasks.text_classification import GenericTask
 
