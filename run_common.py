@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import atexit
 import errno
-import json
 import logging
 import os
 import sys
@@ -202,11 +201,9 @@ def head_hidden_sizes(F):
 
 def write_json(path: str, obj) -> None:
     """Atomic json write (a previous file is replaced only by a complete one)."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, sort_keys=True, ensure_ascii=False)
-        f.write("\n")
-    os.replace(tmp, path)
+    from xlnet_tf.fileutil import write_json as atomic_json
+
+    atomic_json(path, obj, indent=2, sort_keys=True, ensure_ascii=False)
 
 
 def _fail(message: str) -> None:

@@ -207,13 +207,13 @@ def main(_):
         out = finetune.predict_with_labels(model, ds, strategy)
         os.makedirs(os.path.join(F.output_dir, "predict"), exist_ok=True)
         out_file = os.path.join(F.output_dir, "predict", "race-test.tsv")
-        tmp = f"{out_file}.tmp-{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
+        from xlnet_tf.fileutil import atomic_write
+
+        with atomic_write(out_file) as f:
             f.write("id\tanswer\tp_A\tp_B\tp_C\tp_D\n")
             for ex, c, p in zip(examples, out["choice"], out["probabilities"]):
                 f.write(f"{ex.example_id}\t{race_task.ANSWER_LETTERS[int(c)]}\t"
                         + "\t".join(f"{x:.6f}" for x in np.asarray(p, np.float64)) + "\n")
-        os.replace(tmp, out_file)
         log.info("predictions: %s", out_file)
 
     if F.export_dir:

@@ -29,10 +29,12 @@ import re
 import shutil
 from typing import Dict, Iterable, Mapping, Optional, Sequence
 
+from xlnet_tf.fileutil import write_json
+
 MANIFEST = "run_manifest.json"
 LOCK = ".lock"
 IDENTITY_KEYS = ("script", "task", "tokenizer", "model_shape")  # what a non-training run must agree on
-_TMP_FILE = re.compile(r"\.tmp-(\d+)$")
+_TMP_FILE = re.compile(r"\.tmp-(\d+)(\.|$)")
 _TMP_DIR = re.compile(r"^\.tmp-(\d+)-")
 _CKPT_TEMP = re.compile(r"^ckpt-\d+_temp$")
 
@@ -113,18 +115,6 @@ def manifest_differences(old: Mapping, new: Mapping, keys: Optional[Sequence[str
         new = {k: new.get(k) for k in keys}
     a, b = _flatten(old), _flatten(new)
     return sorted(k for k in set(a) | set(b) if a.get(k, "<absent>") != b.get(k, "<absent>"))
-
-
-def _write_json_atomic(path: str, obj) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=2, sort_keys=True)
-            f.write("\n")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 class RunGuard:
@@ -220,7 +210,7 @@ class RunGuard:
             raise RunConflict(f"{self.run_dir} holds checkpoints but no {MANIFEST} (an older or foreign run); "
                               f"pass --overwrite_output_dir to replace it, or use a new --output_dir")
         if self.training:
-            _write_json_atomic(path, {**(old or {}), **self.manifest})
+            write_json(path, {**(old or {}), **self.manifest}, indent=2, sort_keys=True)
 
     def _clear(self, directory: str) -> None:
         """Removes a work directory; the run directory itself only loses its checkpoints (it holds the lock)."""

@@ -71,6 +71,7 @@ from typing import Dict, Iterator, List, Optional, Sequence
 import numpy as np
 
 from data import tfrecord_io
+from xlnet_tf.fileutil import write_json
 from xlnet_tf.tokenizer import SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SPIECE_UNDERLINE, XLNetTokenizer
 
 LAYOUT_VERSION = 1  # bump when the record layout changes, so cached files are rebuilt
@@ -327,11 +328,8 @@ def create_pretrain_tfrecords(input_paths: Sequence[str] | str, output_prefix: s
             raise RuntimeError(f"{path}: wrote {count} records, expected {n * num_streams}")
         files.append(path)
         shards.append(shard)
-    tmp = f"{index_path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"meta": meta, "files": files, "shards": shards, "num_tokens": len(stream),
-                   "steps": total_steps}, f, indent=1)
-    os.replace(tmp, index_path)
+    write_json(index_path, {"meta": meta, "files": files, "shards": shards, "num_tokens": len(stream),
+                            "steps": total_steps}, newline=False, indent=1)
     return files
 
 

@@ -35,6 +35,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from data import tfrecord_io
+from xlnet_tf.fileutil import write_json
 from xlnet_tf.tokenizer import SPIECE_UNDERLINE, XLNetTokenizer
 
 LAYOUT_VERSION = 1
@@ -363,14 +364,7 @@ class SquadFeatureIndex:
 
     def save(self, path: str) -> None:
         """Atomic write (tmp file + rename)."""
-        tmp = f"{path}.tmp-{os.getpid()}"
-        try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(self.to_json(), f, separators=(",", ":"))
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
+        write_json(path, self.to_json(), newline=False, separators=(",", ":"))
 
     @classmethod
     def load(cls, path: str) -> "SquadFeatureIndex":

@@ -14,6 +14,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from tasks.classification import ClassificationTask, Columns, Example, read_table
+from xlnet_tf.fileutil import atomic_write
 
 
 class GlueTask(ClassificationTask):
@@ -94,15 +95,8 @@ def write_glue_predictions(task: ClassificationTask, predictions, path: str,
     indices = list(range(len(values))) if indices is None else list(indices)
     if len(indices) != len(values):
         raise ValueError(f"{len(indices)} indices for {len(values)} predictions")
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write("index\tprediction\n")
-            for i, v in zip(indices, values):
-                f.write(f"{i}\t{v}\n")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    with atomic_write(path) as f:
+        f.write("index\tprediction\n")
+        for i, v in zip(indices, values):
+            f.write(f"{i}\t{v}\n")
     return path

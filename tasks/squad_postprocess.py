@@ -13,7 +13,6 @@ over the example's features. As the original, ``predictions`` always hold the be
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import unicodedata
@@ -23,6 +22,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from data.squad import SquadFeatureIndex
+from xlnet_tf.fileutil import write_json
 
 NO_FEATURE_NULL_ODDS = 1e6  # an example without any feature (dropped at training time) = no answer
 RESULT_KEYS = ("unique_id", "start_top_log_probs", "start_top_index", "end_top_log_probs", "end_top_index",
@@ -143,14 +143,7 @@ def postprocess(index: SquadFeatureIndex, results: Mapping[str, np.ndarray], n_b
 
 
 def _atomic_json(obj, path: str) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=2, ensure_ascii=False)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    write_json(path, obj, newline=False, indent=2, ensure_ascii=False)
 
 
 def write_predictions(preds: SquadPredictions, output_dir: str, prefix: str = "") -> Dict[str, str]:

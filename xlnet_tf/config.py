@@ -188,8 +188,6 @@ class XLNetConfig:
         return cls.preset(spec, **overrides)
 
     def to_json_file(self, path: str, original: bool = False) -> None:
-        tmp = f"{path}.tmp-{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(self.to_original_dict() if original else self.to_dict(), f, indent=2, sort_keys=True)
-            f.write("\n")
-        os.replace(tmp, path)
+        from xlnet_tf.fileutil import write_json
+
+        write_json(path, self.to_original_dict() if original else self.to_dict(), indent=2, sort_keys=True)

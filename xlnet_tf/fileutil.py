@@ -1,12 +1,36 @@
-"""Atomic writes of whole directories: build in a temp dir beside the target, then rename over it."""
+"""Atomic writes: a file or a whole directory is built under a temporary name beside the target (carrying the
+writer's pid, so a dead writer's leftovers are recognisable), then renamed over it."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
-from typing import Iterator
+from typing import IO, Iterator
+
+
+@contextlib.contextmanager
+def atomic_write(path: str, mode: str = "w") -> Iterator[IO]:
+    """Yields a file open on ``path.tmp-PID``; it replaces ``path`` when the block succeeds, else it is removed."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+            yield f
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def write_json(path: str, obj, newline: bool = True, **dump_options) -> None:
+    """``json.dump(obj, **dump_options)`` into ``path`` atomically (plus a final newline)."""
+    with atomic_write(path) as f:
+        json.dump(obj, f, **dump_options)
+        if newline:
+            f.write("\n")
 
 
 @contextlib.contextmanager

@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from xlnet_tf.config import XLNetConfig
+from xlnet_tf.fileutil import write_json
 from xlnet_tf.task_model import TaskModel
 from xlnet_tf.training import TrainConfig, Trainer, predict
 
@@ -42,10 +43,7 @@ def write_history(path: str, history) -> None:
                 old = [h for h in json.load(f) if h[0] < history[0][0]]
         except (OSError, ValueError):
             old = []
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(old + [[int(s), float(l)] for s, l in history], f)
-    os.replace(tmp, path)
+    write_json(path, old + [[int(s), float(l)] for s, l in history], newline=False)
 
 
 def checkpoint_step(path: str) -> int:
