@@ -1,5 +1,5 @@
 """The backbone benchmark's goal verdict (benchmarks/backbone.py): which rows are compared and the bootstrap
-interval of the ratio. Pure Python; the benchmark itself is run by hand (BUILD.md "Backbone speed")."""
+interval of the ratio. Pure Python; the benchmark itself is run by hand (PERFORMANCE.md "Backbone speed")."""
 
 import os
 import sys

@@ -26,7 +26,7 @@ from xlnet_tf.masks import mask_value
 # step the GELU, dropout and the residual add, each with its neighbours (see ``dropout``).
 # Same formulas; outputs within ~2e-6 of the plain ops at Base size. XLNET_TF_XLA_FUSIONS=0 turns them all off
 # (plain TensorFlow ops everywhere, except the dropout mask's random bits, which are always XLA's ThreeFry so
-# that both settings draw the same masks). Measurements: BUILD.md "Backbone speed".
+# that both settings draw the same masks). Measurements: PERFORMANCE.md "Backbone speed".
 XLA_FUSIONS = os.environ.get("XLNET_TF_XLA_FUSIONS", "1").lower() not in ("0", "false", "no", "off")
 
 
@@ -43,7 +43,7 @@ def _xla(fn):
 # the graph path draws it. Same formulas, different summation order (outputs within ~2e-6 of the graph at Base
 # size). They are skipped inside XLA-compiled functions (XLA cannot compile a custom op) and while tracing for a
 # SavedModel (``portable_graph``), so exported models need nothing beyond TensorFlow and tensorflow-text.
-# XLNET_TF_FUSED_ATTENTION=0 turns them off. Measurements: BUILD.md "Backbone speed".
+# XLNET_TF_FUSED_ATTENTION=0 turns them off. Measurements: PERFORMANCE.md "Backbone speed".
 FUSED_ATTENTION = os.environ.get("XLNET_TF_FUSED_ATTENTION", "1").lower() not in ("0", "false", "no", "off")
 _portable = False
 

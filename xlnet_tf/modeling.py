@@ -31,7 +31,7 @@ class WrapsBackbone:
 # then overlaps the two chains, so one half's poorly parallel ops (attention BatchMatMuls, transposes, the small
 # XLA clusters) run next to the other half's matmuls instead of leaving a core idle. Every example's computation
 # is unchanged (outputs equal up to oneDNN's blocking of the smaller matmuls); training is never split (dropout
-# masks and weight gradients stay as they are). Measured on the 2-core CI machine: BUILD.md "Backbone speed".
+# masks and weight gradients stay as they are). Measured on the 2-core CI machine: PERFORMANCE.md "Backbone speed".
 # ``model.inference_streams = False`` turns it off; the default is on when no GPU/TPU is visible and
 # TensorFlow may use at least two threads.
 STREAM_MIN_TOKENS = 256
