@@ -21,8 +21,8 @@ Outputs in OUTPUT_DIR:
 CPU-sized runs: ``--train_subset=N`` / ``--eval_subset=N`` keep N questions of the split: a fixed (seed 0) random
 choice of whole files, the last one cut so exactly N remain, kept in the split's order (so both levels stay
 represented in proportion). ``--eval_subset`` also applies to --do_predict. Default: the whole split (train
-87,866 / dev 4,887 / test 4,934 questions). Measured on 2 busy CPU cores (load ~9), from the tarball: dev features
-12-25 s, train features at --max_seq_length=128 ~115 s (170 MB of TFRecords); written once, then reused.
+87,866 / dev 4,887 / test 4,934 questions). Features are written once (train at --max_seq_length=128: ~2 min on
+2 cores, 170 MB of TFRecords), then reused.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@
     steps, learning rate and seed, once from the pretrained backbone (``--init_checkpoint``) and once from
     random initialisation (``--model_config_path``).
 
-    python benchmarks/pretrain_sst2.py            # full: ~35 min on 2 busy cores -> results/pretrain_sst2.json
+    python benchmarks/pretrain_sst2.py            # full: ~35 min on 2 cores -> results/pretrain_sst2.json
     python benchmarks/pretrain_sst2.py --quick    # < 10 min: pretraining only (SST-2 pair null)
                                                   #   -> results/pretrain_sst2_quick.json
 

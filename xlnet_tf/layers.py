@@ -1,6 +1,6 @@
 """XLNet's layers: positional encoding, relative attention (two streams), feed-forward, the block.
 
-Batch-major ([batch, len, ...]) with the original's math; see ../shared/reference/xlnet-facts.md section 2.
+Batch-major ([batch, len, ...]) with the original's math (the formulas: BUILD.md "Decisions" and the tests' HF parity).
 Dropout is stateless: the model draws one seed per forward pass and every dropout site folds in its own salt,
 so a recomputed block (``recompute``) replays identical masks and a resumed run replays the same masks.
 """

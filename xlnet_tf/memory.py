@@ -48,7 +48,7 @@ The model (one replica, one optimizer update of ``batch`` examples, ``grad_accum
   With the compiled attention kernels (``fused_attention``: CPU, graph mode, float32; see
   ``fused_attention_applies``) the attention keeps q, k, v as projected [b, len, n*d_head], kr [r, n*d_head], the
   float32 probabilities and a bool keep mask: no biased queries, no dropped probabilities, and no score-sized
-  workspace. Calibration (Base, seq 512, batch 2, float32, ``--jit=update``, session 8): allocator peak 2430 MiB
+  workspace. Calibration (Base, seq 512, batch 2, float32, ``--jit=update``): allocator peak 2430 MiB
   with the kernels vs 2426 estimated (-0.2%), 2895 without vs 2835 (-2.1%); with --recompute 2398 / 2354
   measured vs 1978 estimated (-17.5% / -16.0%: the graph-mode recompute peak is not modelled yet).
 
@@ -86,14 +86,14 @@ the peak; both are properties of this implementation, not of XLNet):
 * ``cpu=True``: XLA:CPU has no native 16-bit matmul; it round-trips bf16/fp16 values through float32, so
   activations are as large as in float32 (mixed precision saves no memory on CPU, and is slower there).
 
-Calibration (benchmarks/memory_levers.py; results/memory_levers_s6.md, re-measured in session 6): XLNet-Base,
+Calibration (benchmarks/memory_levers.py; results/memory_levers_s6.md): XLNet-Base,
 seq 512, batch 2, the trainer's whole-step XLA on CPU, against TensorFlow's allocator peak: float32, recompute,
 bf16, frozen layers and accumulation within -5.4%..+1.1% of the total; all levers together -13.1% and
 mixed_float16 -10.5% (its loss scaling allocates ~a gradient set outside the compiled step; not modelled).
 TF graph mode (``jit=False``, the CPU default ``--jit=update``) is modelled from the ops but not calibrated: at
 Base seq 512 it measured +18% (float32) and -16% (recompute) off. The estimate counts tensors only: the process
 RSS also holds TensorFlow itself (~575 MiB after import on CPU), the XLA executable, compiler leftovers and
-allocator pools (measured in session 6: 2.4-4.3 GB more than the allocator peak for Base with whole-step XLA,
+allocator pools (measured: 2.4-4.3 GB more than the allocator peak for Base with whole-step XLA,
 ~1.0-1.3 GB in graph mode).
 """
 
