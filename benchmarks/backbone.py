@@ -369,7 +369,7 @@ def machine_info():
             "nproc": os.cpu_count(), "cpu_model": cpu,
             "cpu_simd": [f for f in flags if f.startswith(("avx", "amx", "fma"))],
             "python": platform.python_version(), "versions": vers,
-            "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1 (set by xlnet_tf)"),
+            "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1 (set by this benchmark)"),
             "XLA_FLAGS": os.environ.get("XLA_FLAGS", "")}
 
 

@@ -43,6 +43,8 @@ import sys
 import tempfile
 import time
 
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # as the run_*.py entry points
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_util import cpu_model, versions  # noqa: E402
 
@@ -181,7 +183,7 @@ def machine_info() -> dict:
     vers = versions(("tensorflow", "keras", "numpy"))
     return {"nproc": os.cpu_count(), "cpu_model": cpu, "mem_total_gib": mem_total,
             "python": platform.python_version(), "versions": vers,
-            "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1 (set by xlnet_tf)")}
+            "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1 (set by this benchmark)")}
 
 
 def run_worker(spec: dict, log) -> dict:

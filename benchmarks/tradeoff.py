@@ -51,6 +51,8 @@ import tempfile
 import time
 from typing import Dict, List, Optional
 
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # as the run_*.py entry points
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 SHARED = os.environ.get("SHARED_DATA") or os.path.join(ROOT, "..", "shared", "data")

@@ -3,6 +3,7 @@
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # as the run_*.py entry points (the library sets nothing)
 
 import pytest  # noqa: E402
 

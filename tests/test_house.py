@@ -45,3 +45,15 @@ def test_no_import_circle_between_task_modules():
 
     for module in graph:
         visit(module, [])
+
+
+def test_importing_the_library_sets_no_process_settings():
+    import subprocess
+    import sys
+
+    code = ("import os; before = dict(os.environ); import xlnet_tf; xlnet_tf.XLNetModel; "
+            "from xlnet_tf import layers, training; assert dict(os.environ) == before, "
+            "set(os.environ.items()) ^ set(before.items())")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_", "XLNET_TF"))}
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
