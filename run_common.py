@@ -73,6 +73,8 @@ def define_common_flags(default_seq_len: int = 128, default_lr: float = 2e-5) ->
     flags.DEFINE_integer("grad_accum_steps", 1, "Micro-batches per update (same update as a k-times batch).")
     flags.DEFINE_enum("precision", "float32", ["float32", "mixed_float16", "mixed_bfloat16"], "Compute precision.")
     flags.DEFINE_bool("recompute", False, "Recompute each block's activations in the backward pass.")
+    flags.DEFINE_bool("accelerate", True, "The measured speed paths (XLA clusters, compiled attention kernels, "
+                      "query chunking, inference streams); false: the plain TensorFlow ops of the math only.")
     flags.DEFINE_enum("pos_dropout", "per_example", ["per_example", "shared"],
                       "Dropout mask on the relative positional encodings: per_example (the original) or shared "
                       "by the batch (faster training steps, not the original's noise).")
@@ -114,7 +116,7 @@ def model_config(F, **overrides):
     from xlnet_tf import checkpoint
 
     run = dict(dropout=F.dropout, dropatt=F.dropatt, clamp_len=F.clamp_len, recompute=F.recompute,
-               pos_dropout=F.pos_dropout)
+               pos_dropout=F.pos_dropout, accelerate=F.accelerate)
     run.update(overrides)
     if F.model_config_path:
         return XLNetConfig.load(F.model_config_path, **run)

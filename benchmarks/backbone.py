@@ -318,7 +318,7 @@ def worker(spec_json: str) -> None:
     if spec["impl"].startswith("tf"):  # ours: whether the fused attention kernel was available (used: tf, tf_xopt)
         from xlnet_tf import kernels, layers
 
-        info["fused_attention"] = kernels.status() if layers.FUSED_ATTENTION else "off (XLNET_TF_FUSED_ATTENTION)"
+        info["fused_attention"] = kernels.status() if layers.FUSED_ATTENTION else "off (layers.FUSED_ATTENTION)"
     if spec["impl"] in MG_IMPLS:  # its own venv: record what it ran on
         info["versions"] = versions(("tensorflow", "tf-keras", "tf-models-official"))
         info["python"] = sys.executable

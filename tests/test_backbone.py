@@ -208,7 +208,7 @@ def test_fused_training_sites_match_plain_ops_with_gradients(fn, monkeypatch):
 
 
 def test_xla_fusions_off_same_outputs_and_gradients(monkeypatch):
-    """XLNET_TF_XLA_FUSIONS=0 (plain ops everywhere) and the default give the same model, dropout included."""
+    """XLA_FUSIONS off (plain ops everywhere) and the default give the same model, dropout included."""
     ids, seg, mask = _inputs()
     m = XLNetModel(XLNetConfig(**TINY, dropout=0.1, dropatt=0.1), seed=4)
     results = []

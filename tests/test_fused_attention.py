@@ -389,3 +389,41 @@ def test_training_kernel_errors_name_the_shapes():
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"d_out must be shaped like q \[2,4,2,16\], got \[2,4,2,32\]"):
         OP.xlnet_rel_attention_grad(z(2, 4, 2, 32), *base, none3, none3, none4, z(2, 2, 4, 6), scale=0.25,
                                     keep_scale=1.0)
+
+
+
+@pytest.mark.parametrize("two_stream", [False, True])
+@pytest.mark.parametrize("q,rate", [(300, 0.0), (20, 0.1)])
+def test_accelerate_off_is_the_plain_math_with_the_same_outputs_and_gradients(two_stream, q, rate):
+    """``accelerate=False`` (one run option): no compiled kernel, no XLA cluster and no query chunking in the
+    graph, and the same outputs and gradients as the accelerated model (same weights; with dropout the same
+    masks, at a length without query chunks, whose attention masks are drawn per chunk)."""
+    rng = np.random.default_rng(2)
+    b = 2  # q = 300: long enough for query chunks
+    ids = tf.constant(rng.integers(0, 50, (b, q)), tf.int32)
+    seg = tf.constant(rng.integers(0, 2, (b, q)), tf.int32)
+    mask = np.ones((b, q), np.int32)
+    mask[1, :7] = 0
+    kw = two_stream_inputs(b, q) if two_stream else {}
+    results, graphs = {}, {}
+    fast = small_model(pos_dropout="shared", dropout=rate, dropatt=rate)
+    for accelerate in (True, False):
+        model = fast if accelerate else XLNetModel(fast.config.replace(accelerate=False), seed=3)
+        if not accelerate:
+            model(ids[:, :4])
+            for a, w in zip(model.weights, fast.weights):
+                a.assign(w)
+        model.dropout_seed.assign([7, 0])
+        step = tf.function(lambda: _model_step_graph(model, ids, seg, tf.constant(mask), None, **kw))
+        graphs[accelerate] = op_types(step)
+        results[accelerate] = step()
+    kernels_ops = {"XlnetRelAttention", "XlnetRelAttentionTrain", "XlnetRelAttentionGrad"}
+    assert not kernels_ops & graphs[False]
+    if q == 20 and OP is not None:  # the accelerated model does use the kernels here
+        assert kernels_ops & graphs[True]
+    (h0, g0), (h1, g1) = results[True], results[False]
+    np.testing.assert_allclose(h1.numpy(), h0.numpy(), atol=2e-5, rtol=0)
+    for v, a, c in zip(fast.trainable_variables, g0, g1):
+        if a is not None:
+            a, c = tf.convert_to_tensor(a).numpy(), tf.convert_to_tensor(c).numpy()
+            np.testing.assert_allclose(c, a, atol=5e-5 * max(np.abs(a).max(), 1e-3), rtol=0, err_msg=v.path)

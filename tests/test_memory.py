@@ -282,5 +282,4 @@ def test_fused_attention_keeps_fewer_score_tensors(monkeypatch, tmp_path):
     assert not memory.fused_attention_applies(cfg, "float32", jit=True, cpu=True)    # whole-step XLA
     assert not memory.fused_attention_applies(cfg, "mixed_bfloat16", jit=False, cpu=True)
     assert not memory.fused_attention_applies(cfg, "float32", jit=False, cpu=False)  # GPU/TPU
-    monkeypatch.setenv("XLNET_TF_FUSED_ATTENTION", "0")
-    assert not memory.fused_attention_applies(cfg, "float32", jit=False, cpu=True)
+    assert not memory.fused_attention_applies(cfg.replace(accelerate=False), "float32", jit=False, cpu=True)

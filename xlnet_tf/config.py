@@ -24,7 +24,7 @@ from typing import Any, Dict
 SHAPE_KEYS = ("n_layer", "d_model", "n_head", "d_head", "d_inner", "ff_activation", "untie_r", "n_token")
 # Options that may differ from run to run over the same weights.
 RUN_KEYS = ("dropout", "dropatt", "mem_len", "reuse_len", "attn_type", "bi_data", "clamp_len", "same_length",
-            "initializer_range", "layer_norm_eps", "recompute", "pos_dropout")
+            "initializer_range", "layer_norm_eps", "recompute", "pos_dropout", "accelerate")
 
 _ACTIVATION_ALIASES = {"gelu": "gelu", "gelu_new": "gelu", "gelu_tanh": "gelu", "gelu_exact": "gelu_exact",
                        "gelu_erf": "gelu_exact", "relu": "relu"}
@@ -69,6 +69,9 @@ class XLNetConfig:
     # dropped) or "shared" (one mask for the batch: the projection runs once, not per example, and the fused
     # training kernel applies; ~10% faster fine-tuning steps for XLNet-Base at 8x128, PERFORMANCE.md).
     pos_dropout: str = "per_example"
+    # The measured speed paths beside the math (xlnet_tf/layers.py: XLA clusters with hand-written gradients,
+    # the compiled attention kernels, query chunking, inference streams); False: the plain TensorFlow ops only.
+    accelerate: bool = True
 
     def __post_init__(self):
         self.validate()

@@ -1,6 +1,12 @@
 """XLNet's layers: positional encoding, relative attention (two streams), feed-forward, the block.
 
-Batch-major ([batch, len, ...]) with the original's math (the formulas: BUILD.md "Decisions" and the tests' HF parity).
+Batch-major ([batch, len, ...]) with the original's math (checked against HF's port in the tests).
+
+Accelerations beside the math (each measured: PERFORMANCE.md "Backbone speed"): small XLA clusters with
+hand-written gradients (``XLA_FUSIONS``), the compiled attention kernels (``FUSED_ATTENTION``) and query chunking
+(``ATTN_CHUNK``). A model chooses them with its ``accelerate`` run option (``XLNetConfig.accelerate``; False: the
+plain TensorFlow ops of the math only, the same outputs within float32 rounding); the three module constants are
+the developer switches ``benchmarks/ab_switches.py`` measures one at a time.
 Dropout is stateless: the model draws one seed per forward pass and every dropout site folds in its own salt,
 so a recomputed block (``recompute``) replays identical masks and a resumed run replays the same masks.
 """
@@ -9,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 from typing import Dict, NamedTuple, Optional
 
 import keras
@@ -24,10 +29,27 @@ from xlnet_tf.masks import mask_value
 # (one pass over memory each) into one or two passes: the attention score chain at inference (shift, adds,
 # selects; the softmax stays on oneDNN), LayerNorm (forward and a hand-written backward), and in a training
 # step the GELU, dropout and the residual add, each with its neighbours (see ``dropout``).
-# Same formulas; outputs within ~2e-6 of the plain ops at Base size. XLNET_TF_XLA_FUSIONS=0 turns them all off
-# (plain TensorFlow ops everywhere, except the dropout mask's random bits, which are always XLA's ThreeFry so
-# that both settings draw the same masks). Measurements: PERFORMANCE.md "Backbone speed".
-XLA_FUSIONS = os.environ.get("XLNET_TF_XLA_FUSIONS", "1").lower() not in ("0", "false", "no", "off")
+# Same formulas; outputs within ~2e-6 of the plain ops at Base size. Off (``accelerate=False`` or
+# ``XLA_FUSIONS = False``): plain TensorFlow ops everywhere, except the dropout mask's random bits, which are
+# always XLA's ThreeFry so that both settings draw the same masks. Measurements: PERFORMANCE.md "Backbone speed".
+XLA_FUSIONS = True
+_plain = False  # set while a model with ``accelerate=False`` traces (``plain_ops``)
+
+
+@contextlib.contextmanager
+def plain_ops(enabled: bool = True):
+    """Functions traced inside use the math's plain TensorFlow ops only: no XLA cluster, compiled kernel or
+    query chunking (what ``XLNetConfig.accelerate=False`` selects)."""
+    global _plain
+    old, _plain = _plain, bool(enabled) or _plain
+    try:
+        yield
+    finally:
+        _plain = old
+
+
+def _fusions() -> bool:
+    return XLA_FUSIONS and not _plain
 
 
 def _xla(fn):
@@ -43,8 +65,8 @@ def _xla(fn):
 # the graph path draws it. Same formulas, different summation order (outputs within ~2e-6 of the graph at Base
 # size). They are skipped inside XLA-compiled functions (XLA cannot compile a custom op) and while tracing for a
 # SavedModel (``portable_graph``), so exported models need nothing beyond TensorFlow and tensorflow-text.
-# XLNET_TF_FUSED_ATTENTION=0 turns them off. Measurements: PERFORMANCE.md "Backbone speed".
-FUSED_ATTENTION = os.environ.get("XLNET_TF_FUSED_ATTENTION", "1").lower() not in ("0", "false", "no", "off")
+# Off with ``accelerate=False`` (or ``FUSED_ATTENTION = False``). Measurements: PERFORMANCE.md "Backbone speed".
+FUSED_ATTENTION = True
 _portable = False
 
 
@@ -69,7 +91,7 @@ def _in_xla_context() -> bool:
 
 def fused_attention_op(d_head: int, dtype):
     """The compiled relative-attention op when this trace may use it, else None."""
-    if not FUSED_ATTENTION or _portable or tf.as_dtype(dtype) != tf.float32:
+    if not FUSED_ATTENTION or _portable or _plain or tf.as_dtype(dtype) != tf.float32:
         return None
     from xlnet_tf import kernels
 
@@ -205,7 +227,7 @@ def dropout(x, rate: float, seed: Optional[tf.Tensor], salt: int):
     if seed is None or rate <= 0.0:
         return x
     site = _site(seed, salt)
-    if not XLA_FUSIONS:
+    if not _fusions():
         return _apply_keep(x, _keep_mask_xla(tf.shape(x), site, rate), rate)
 
     @tf.custom_gradient
@@ -221,7 +243,7 @@ def gelu_dropout_train(u, bias, rate: float, seed: tf.Tensor, salt: int):
     and the backward (incl. the bias gradient) are each one XLA-fused pass; differentiated op by op,
     ``tf.nn.gelu`` alone makes ~10 passes in the backward, and TensorFlow's BiasAddGrad is slow next to the
     matmuls."""
-    if not XLA_FUSIONS:
+    if not _fusions():
         return dropout(gelu_tanh(tf.nn.bias_add(u, bias)), rate, seed, salt)
     if rate <= 0.0:
         return gelu_tanh_train(tf.nn.bias_add(u, bias))
@@ -239,7 +261,7 @@ def dropout_add_layer_norm(h, x, gamma, beta, eps: float, rate: float, seed: Opt
                            bias=None):
     """LayerNorm(dropout(h + bias) + x) over [tokens, d]: the residual sub-layer ending. In a training step with
     ``XLA_FUSIONS`` the forward (bias, mask, add, LayerNorm) and the backward are one XLA cluster each."""
-    if not XLA_FUSIONS or seed is None or rate <= 0.0:
+    if not _fusions() or seed is None or rate <= 0.0:
         if bias is not None:
             h = tf.nn.bias_add(h, bias)
         return layer_norm(dropout(h, rate, seed, salt) + x, gamma, beta, eps)
@@ -272,7 +294,7 @@ def query_terms(q, biases, scale: float):
     """The biased, scaled queries of relative attention, ((q + r_w) s, (q + r_r) s[, (q + r_s) s]) with
     s = 1/sqrt(d_head). With ``XLA_FUSIONS`` forward and backward are one XLA cluster each (the backward sums
     the bias gradients over batch and rows in the same pass; as separate ops they were slow reductions)."""
-    if not XLA_FUSIONS:
+    if not _fusions():
         return _query_terms(q, biases, scale)
 
     @tf.custom_gradient
@@ -294,7 +316,7 @@ def layer_norm(x, gamma, beta, eps: float):
     With ``XLA_FUSIONS`` the forward is one XLA cluster that also returns the row mean and 1/std, and the
     backward is a second cluster (the closed-form LayerNorm gradient); otherwise plain TensorFlow ops.
     """
-    if not XLA_FUSIONS:
+    if not _fusions():
         return layer_norm_ops(x, gamma, beta, eps)
 
     @tf.custom_gradient
@@ -482,7 +504,7 @@ def attention_probs_train(ac, bd, ef, ef_diff, blocked, rate: float, seed: tf.Te
     chain as the inference cluster, oneDNN's softmax, the dropout mask fused with its scaling, and a
     hand-written backward (dropout, softmax, mask and segment terms in one cluster; ``rel_shift``'s gradient
     as two pads)."""
-    if not XLA_FUSIONS:
+    if not _fusions():
         return dropout(attention_probs(ac, bd, ef, ef_diff, blocked), rate, seed, salt)
     site = _site(seed, salt) if rate > 0.0 else None
     rlen = tf.shape(bd)[-1]
@@ -511,13 +533,13 @@ def attention_probs_train(ac, bd, ef, ef_diff, blocked, rate: float, seed: tf.Te
 # and each chunk's score tensors are a quarter of the size. Every score is the same dot product as before
 # (outputs bit-identical at Base 2x512; within 1e-6 where oneDNN blocks the smaller products differently).
 # Used when the query length is known when tracing, attn_type is "bi" and the query is at least two chunks
-# long. XLNET_TF_ATTN_CHUNK sets the chunk length in rows (0 = never chunk).
-ATTN_CHUNK = int(os.environ.get("XLNET_TF_ATTN_CHUNK", "128"))
+# long. ``ATTN_CHUNK`` is the chunk length in rows (0 = never chunk; ``accelerate=False``: never).
+ATTN_CHUNK = 128
 
 
 def query_chunks(qlen: Optional[int], chunk: int = None):
     """Static (start, end) row ranges of the query chunks, or None when attention runs in one piece."""
-    chunk = ATTN_CHUNK if chunk is None else chunk
+    chunk = (0 if _plain else ATTN_CHUNK) if chunk is None else chunk
     if qlen is None or chunk <= 0 or qlen < 2 * chunk:
         return None
     n = int(round(qlen / chunk))
@@ -737,7 +759,7 @@ class XLNetBlock(keras.layers.Layer):
             ef = tf.matmul(qs[0], seg)  # [b, n, q, 2]
         if seed is not None:
             prob = attention_probs_train(ac, bd, ef, ef_diff, blocked, c.dropatt, seed, salt)
-        elif XLA_FUSIONS:
+        elif _fusions():
             prob = attention_probs_inference(ac, bd, ef, ef_diff, blocked)
         else:
             prob = attention_probs(ac, bd, ef, ef_diff, blocked)
@@ -771,6 +793,11 @@ class XLNetBlock(keras.layers.Layer):
         pos_emb: [pb, r, d] (pb = 1, 2 or b) or a ``PositionalBasis``; ef_diff: [b, q, klen] bool or None;
         *_blocked: bool [b|1, q, klen] or None; target_mapping: [b, m, q] or None (query stream rows -> positions).
         """
+        with plain_ops(not self.config.accelerate):  # read when tracing, also by a recomputed block
+            return self._call(h, g, mem, pos_emb, ef_diff, content_blocked, query_blocked, target_mapping, seed,
+                              training)
+
+    def _call(self, h, g, mem, pos_emb, ef_diff, content_blocked, query_blocked, target_mapping, seed, training):
         cat = h if mem is None else tf.concat([tf.cast(mem, h.dtype), h], axis=1)
         c = self.config
         # The kernels (see FUSED_ATTENTION): the inference op has no gradient, so training (also with dropout 0,

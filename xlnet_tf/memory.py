@@ -329,9 +329,8 @@ def fused_attention_applies(c: XLNetConfig, precision: str, jit: bool, cpu: bool
     TensorFlow ops, which keep more), and one set of positional encodings for the batch (no dropout on them, or
     ``pos_dropout="shared"``)."""
     one_pos_set = c.pos_dropout == "shared" or c.dropout <= 0
-    return (cpu and not jit and precision == "float32" and not c.bi_data and c.d_head % 16 == 0 and one_pos_set
-            and os.path.exists(KERNEL_LIBRARY)
-            and os.environ.get("XLNET_TF_FUSED_ATTENTION", "1").lower() not in ("0", "false", "no", "off"))
+    return (c.accelerate and cpu and not jit and precision == "float32" and not c.bi_data and c.d_head % 16 == 0
+            and one_pos_set and os.path.exists(KERNEL_LIBRARY))
 
 
 def estimate(config: Union[XLNetConfig, str, dict], seq_len: int, batch: int, precision: str = "float32",

@@ -9,7 +9,7 @@ import keras
 import tensorflow as tf
 
 from xlnet_tf.config import XLNetConfig
-from xlnet_tf.layers import (XLNetBlock, accelerator_visible, dropout, positional_basis,
+from xlnet_tf.layers import (XLNetBlock, accelerator_visible, dropout, plain_ops, positional_basis,
                              relative_positional_encoding)
 from xlnet_tf.masks import attention_masks, segment_diff
 
@@ -142,6 +142,9 @@ class XLNetModel(keras.Model):
     def call(self, input_ids, segment_ids=None, padding_mask=None, mems: Optional[Sequence] = None,
              perm_mask=None, target_mapping=None, training=False) -> Dict[str, object]:
         args = (input_ids, segment_ids, padding_mask, mems, perm_mask, target_mapping)
+        if not self.config.accelerate:
+            with plain_ops():
+                return self._forward(*args, training=bool(training))
         if bool(training) or not self.inference_streams or self.config.bi_data:
             return self._forward(*args, training=bool(training))
         ids = tf.convert_to_tensor(input_ids)
