@@ -23,8 +23,7 @@ import keras
 import tensorflow as tf
 
 from xlnet_tf.head import Head
-
-NEG = 1e30  # applied in float32 only
+from xlnet_tf.masks import mask_logits
 
 
 class SquadHead(Head):
@@ -135,7 +134,7 @@ class SquadHead(Head):
 
     @staticmethod
     def _mask(logits, p_mask):
-        return logits * (1.0 - p_mask) - NEG * p_mask
+        return mask_logits(logits, p_mask)
 
     def call(self, backbone_outputs, features, training=None) -> Dict[str, tf.Tensor]:
         h = backbone_outputs["sequence_output"]

@@ -20,6 +20,8 @@ from typing import Dict, Optional
 import keras
 import tensorflow as tf
 
+from xlnet_tf.masks import mask_logits
+
 SUMMARY_TYPES = ("last", "first", "mean", "attn")
 ORIGINAL_SCOPE = "model/sequnece_summary"  # the original's spelling
 
@@ -72,7 +74,7 @@ class SequenceSummary(keras.layers.Layer):
         v = tf.einsum("bsh,hnd->bsnd", hidden, tf.cast(self.v, dtype))
         scores = tf.cast(tf.einsum("nd,bsnd->bns", q, k), tf.float32) * (self.d_head ** -0.5)
         if padding_mask is not None:
-            scores -= 1e30 * tf.cast(1 - tf.cast(padding_mask, tf.int32), tf.float32)[:, None, :]
+            scores = mask_logits(scores, tf.equal(tf.cast(padding_mask, tf.int32), 0)[:, None, :])
         prob = self.attn_drop(tf.cast(tf.nn.softmax(scores, axis=-1), dtype), training=training)
         vec = tf.einsum("bns,bsnd->bnd", prob, v)
         out = self.out_drop(tf.einsum("bnd,hnd->bh", vec, tf.cast(self.o, dtype)), training=training)

@@ -4,6 +4,7 @@ Convention (documented once, here and in BUILD.md):
 
 * ``padding_mask`` [b, q]: 1 = real token, 0 = padding (public input polarity).
 * ``perm_mask`` [b, q, q]: 1 at [b, i, j] = position i may NOT attend to position j (the original's polarity).
+* Heads mask positions out of a softmax with ``mask_logits`` (1 = excluded: SQuAD's ``p_mask``, padding).
 * Returned masks are boolean **blocked** masks [b, q, mlen + q] (or None = nothing blocked):
   ``query_blocked`` for the query stream (and for the content stream of a plain forward pass) and
   ``content_blocked`` = query_blocked without the diagonal (a position's content may always see itself).
@@ -75,3 +76,10 @@ def mask_value(dtype) -> float:
     if dtype == tf.float16:
         return -65500.0
     return -1e30
+
+
+def mask_logits(logits: tf.Tensor, excluded) -> tf.Tensor:
+    """The heads' additive mask in the original's form, ``logits * (1 - m) - 1e30 * m`` with m = ``excluded``
+    (1 / True = the position may not be chosen), in the logits' dtype."""
+    m = tf.cast(excluded, logits.dtype)
+    return logits * (1 - m) + mask_value(logits.dtype) * m
