@@ -25,6 +25,13 @@ class WrapsBackbone:
     def n_layer(self) -> int:
         return self.backbone.n_layer
 
+    def variable_depth(self, variable) -> int:
+        """The backbone's depths; every other variable (the head) is n_layer + 1."""
+        try:
+            return self.backbone.variable_depth(variable)
+        except KeyError:
+            return self.n_layer + 1
+
 
 # Inference streams. On a CPU-only host an inference forward with batch >= STREAM_MIN_BATCH and at least
 # STREAM_MIN_TOKENS tokens per half batch runs as two independent half-batch forwards in one graph: the executor

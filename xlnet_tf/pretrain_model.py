@@ -77,13 +77,6 @@ class PretrainModel(WrapsBackbone, keras.Model):
         self.built = True
 
     # ------------------------------------------------------------------ contract
-    def variable_depth(self, variable) -> int:
-        """The backbone's depths (the LM bias is head-level, n_layer + 1)."""
-        try:
-            return self.backbone.variable_depth(variable)
-        except KeyError:
-            return self.n_layer + 1
-
     def call(self, features: Dict[str, tf.Tensor], training=False, mems: Optional[List] = None):
         """``training=True``: memory from/to the model's variables; else explicit ``mems`` (None = none).
 

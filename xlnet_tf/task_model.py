@@ -42,12 +42,6 @@ class TaskModel(WrapsBackbone, keras.Model):
         """float32 [batch]. (Not named ``loss``: keras.Model's constructor sets ``self.loss = None``.)"""
         return self.head.loss(features, outputs)
 
-    def variable_depth(self, variable) -> int:
-        try:
-            return self.backbone.variable_depth(variable)
-        except KeyError:
-            return self.n_layer + 1
-
     def build_with(self, features: Dict[str, np.ndarray]) -> None:
         """Creates every variable by running one batch (heads build lazily)."""
         self(features, training=False)
