@@ -200,11 +200,17 @@ def tokenizer(F):
     return XLNetTokenizer(F.spiece_model_file, lower=F.uncased)
 
 
-def head_hidden_sizes(F):
+def int_list(F, name: str):
+    """A list flag of integers (empty items skipped); one line naming the flag otherwise."""
+    values = getattr(F, name)
     try:
-        return tuple(int(x) for x in F.head_hidden_sizes if str(x).strip())
+        return tuple(int(x) for x in values if str(x).strip())
     except ValueError:
-        raise ValueError(f"--head_hidden_sizes: expected integers, got {F.head_hidden_sizes}") from None
+        raise ValueError(f"--{name}: expected integers, got {values}") from None
+
+
+def head_hidden_sizes(F):
+    return int_list(F, "head_hidden_sizes")
 
 
 def write_json(path: str, obj) -> None:

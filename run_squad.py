@@ -64,13 +64,6 @@ run_common.define_common_flags(default_seq_len=512, default_lr=3e-5)
 log = logging.getLogger("run_squad")
 
 
-def _sizes(values, name):
-    try:
-        return tuple(int(x) for x in values if str(x).strip())
-    except ValueError:
-        raise ValueError(f"--{name}: expected integers, got {values}") from None
-
-
 def read_file(path, name, require_answers=True):
     """(examples, version) of a SQuAD json; pure Python (bad files fail before TensorFlow is imported)."""
     from tasks import squad as squad_task
@@ -103,7 +96,7 @@ def main(_):
     if F.n_best_size < 1 or F.max_answer_length < 1:
         raise ValueError("--n_best_size and --max_answer_length must be >= 1")
     head_sizes = run_common.head_hidden_sizes(F)
-    ans_sizes = _sizes(F.answer_class_hidden_sizes, "answer_class_hidden_sizes")
+    ans_sizes = run_common.int_list(F, "answer_class_hidden_sizes")
     # read the inputs first: a bad file fails in a second, before TensorFlow is imported
     train_examples = read_file(F.train_file, "train_file")[0] if F.do_train else None
     predict_examples, predict_version = read_file(F.predict_file, "predict_file", False) if predict else (None, None)
