@@ -70,13 +70,8 @@ def main(_):
                          data={"max_seq_length": L}, work_dirs=[paths["model_dir"], paths["cache_dir"]])
 
     def features(split):
-        if F.overwrite_data:
-            for suffix in ("", ".json"):
-                p = os.path.join(paths["cache_dir"], f"{task.name}-{split}-{L}.tfrecord{suffix}")
-                if os.path.exists(p):
-                    os.remove(p)
         return cls_data.task_features(task, F.data_dir, split, tokenizer, L, paths["cache_dir"],
-                                      progress=F.progress)
+                                      progress=F.progress, overwrite=F.overwrite_data)
 
     def make_head():
         return ClassificationHead(config.d_model, 1 if task.regression else task.num_labels,

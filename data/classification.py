@@ -177,12 +177,16 @@ def write_features(examples: Union[Sequence, Callable[[], Sequence]], tokenizer,
 
 
 def task_features(task, data_dir: str, split: str, tokenizer, max_seq_length: int, out_dir: str,
-                  pad_to_multiple: Optional[int] = None, progress: bool = True):
-    """Reads ``split`` of ``task`` (only when no valid cache exists) and writes its TFRecords.
+                  pad_to_multiple: Optional[int] = None, progress: bool = True, overwrite: bool = False):
+    """Reads ``split`` of ``task`` (only when no valid cache exists, or ``overwrite``) and writes its TFRecords.
 
     Returns (path, record count); the file is ``out_dir/<task>-<split>-<max_seq_length>.tfrecord``.
     """
     path = os.path.join(out_dir, f"{task.name}-{split}-{max_seq_length}.tfrecord")
+    if overwrite:
+        for p in (path, tfrecord_io.manifest_path(path)):
+            if os.path.exists(p):
+                os.remove(p)
     if hasattr(task, "discover_labels"):  # labels read from train go into the cache identity
         task.discover_labels(data_dir)
     n = write_features(lambda: task.get_examples(data_dir, split), tokenizer, task, max_seq_length, path,
