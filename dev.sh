@@ -11,7 +11,7 @@ setup() {  # $1: requirements file
   .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
   .venv/bin/python -m pip install -q --disable-pip-version-check -r "$1"
   # The fused attention kernel (optional: without g++ the model runs its TensorFlow ops; BUILD.md)
-  .venv/bin/python -m xlnet_tf.kernels build 2>&1 | grep -v -E '^(WARNING|I0000|E0000|W0000)|cuda|rebuild TensorFlow' \
+  .venv/bin/python -m xlnet_tf.accel.kernels build 2>&1 | grep -v -E '^(WARNING|I0000|E0000|W0000)|cuda|rebuild TensorFlow' \
     || echo "note: fused attention kernel not built; the model uses TensorFlow's ops" >&2
 }
 

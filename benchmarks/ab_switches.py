@@ -1,14 +1,14 @@
 #!/usr/bin/env python
-"""A/B of ``xlnet_tf.layers`` switches on the XLNet-Base backbone, interleaved in ONE process.
+"""A/B of the model's run options on the XLNet-Base backbone, interleaved in ONE process.
 
-Each variant is a comma list of ``NAME=VALUE`` settings of upper-case module attributes of ``xlnet_tf.layers``
-or ``xlnet_tf.modeling`` (for example ``XLA_FUSIONS=0``, ``ATTN_CHUNK=0``, or ``STREAM_MIN_TOKENS=1000000000``,
-which turns the inference streams off) or of the model's run options (``config.pos_dropout=shared``);
-``base`` = no change. The settings are read when a function is
-traced, so every variant gets its own ``tf.function``, traced with its settings in place and timed with them
-restored: all variants share one model, one process and one machine state, and their timed repetitions take
-turns (rep 1 of every variant, then rep 2, ...). This resolves differences of a few percent that separate
-processes on a shared VM cannot. Medians are reported; the first variant is the reference.
+Each variant is a comma list of ``config.NAME=VALUE`` settings of the model's run options (``XLNetConfig``), for
+example ``config.accelerate=xla+chunks+streams`` (every acceleration but the kernels: names joined by ``+``),
+``config.accelerate=0`` (the plain ops) or ``config.pos_dropout=shared``; ``base`` = no change. The options are
+read when a function is traced, so every variant gets its own ``tf.function``, traced with its settings in
+place and timed with them restored: all variants share one model, one process and one machine state, and their
+timed repetitions take turns (rep 1 of every variant, then rep 2, ...). This resolves differences of a few
+percent that separate processes on a shared VM cannot. Medians are reported; the first variant is the
+reference.
 
 * ``--mode infer``: forward, ``training=False`` (no dropout);
 * ``--mode train``: forward + backward to every weight the forward uses (loss = mean(h^2), dropout 0.1), no
@@ -16,10 +16,10 @@ processes on a shared VM cannot. Medians are reported; the first variant is the 
 * ``--mode pretrain``: the same with both streams, as in pretraining: a random factorisation order per row
   (perm_mask) and seq * 85 / 512 predicted positions (target_mapping); loss = mean(h^2) + mean(g^2).
 
-    python benchmarks/ab_switches.py --mode train --shape 8x128 XLA_FUSIONS=0 base
-    python benchmarks/ab_switches.py --mode infer --shape 2x512 ATTN_CHUNK=0 base --reps 9
-    python benchmarks/ab_switches.py --mode infer --shape 8x128 STREAM_MIN_TOKENS=1000000000 base --reps 15
-    python benchmarks/ab_switches.py --mode pretrain --shape 2x512 FUSED_ATTENTION=0 base --reps 5
+    python benchmarks/ab_switches.py --mode train --shape 8x128 config.accelerate=kernels+chunks+streams base
+    python benchmarks/ab_switches.py --mode infer --shape 2x512 config.accelerate=xla+kernels+streams base --reps 9
+    python benchmarks/ab_switches.py --mode infer --shape 8x128 config.accelerate=xla+kernels+chunks base --reps 15
+    python benchmarks/ab_switches.py --mode pretrain --shape 2x512 config.accelerate=xla+chunks+streams base --reps 5
     python benchmarks/ab_switches.py --mode train --shape 8x128 base config.pos_dropout=shared
 """
 
@@ -54,6 +54,15 @@ def parse_variant(text: str):
     return out
 
 
+def option_value(old, text: str):
+    """A run option's value from the command line, typed as its current value (accelerate: names joined by +)."""
+    if text.lower() in ("0", "1", "true", "false") and isinstance(old, bool):
+        return text.lower() in ("1", "true")
+    if isinstance(old, bool):  # accelerate: a list of names
+        return text.replace("+", ",")
+    return type(old)(text)
+
+
 def _two_stream(batch: int, seq: int, seed: int = 0):
     """perm_mask from a random factorisation order per row and target_mapping of seq * 85 / 512 positions."""
     import numpy as np
@@ -72,7 +81,7 @@ def _two_stream(batch: int, seq: int, seed: int = 0):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("variants", nargs="+", help="NAME=VALUE[,NAME=VALUE] settings of xlnet_tf.layers, or 'base'")
+    p.add_argument("variants", nargs="+", help="config.NAME=VALUE[,config.NAME=VALUE] run options, or 'base'")
     p.add_argument("--mode", choices=("infer", "train", "pretrain"), default="infer")
     p.add_argument("--shape", default="8x128", help="batch x seq")
     p.add_argument("--reps", type=int, default=9)
@@ -85,24 +94,18 @@ def main(argv=None):
     import keras
     import tensorflow as tf
 
-    from xlnet_tf import XLNetConfig, layers, modeling
+    from xlnet_tf import XLNetConfig
     from xlnet_tf.modeling import XLNetModel
 
     holders = {}  # "config" -> the model's config, once the model exists
 
-    def module_of(name):
-        if name.startswith("config."):
-            return holders.get("config", XLNetConfig) if hasattr(XLNetConfig, name[7:]) else None
-        return next((m for m in (layers, modeling) if name.isupper() and hasattr(m, name)), None)
-
-    def attr(name):
-        return name[7:] if name.startswith("config.") else name
+    def known(name):
+        return name.startswith("config.") and hasattr(XLNetConfig, name[7:])
 
     for v in args.variants:
         for name, _ in parse_variant(v):
-            if module_of(name) is None:
-                raise SystemExit(f"variant {v!r}: neither xlnet_tf.layers nor xlnet_tf.modeling has a switch "
-                                 f"{name!r}")
+            if not known(name):
+                raise SystemExit(f"variant {v!r}: {name!r} is not a run option (config.NAME of XLNetConfig)")
     train = args.mode in ("train", "pretrain")
     rate = 0.1 if train else 0.0
     cfg = XLNetConfig(**dict(BASE, n_layer=args.n_layer), ff_activation="gelu", untie_r=True, dropout=rate,
@@ -129,16 +132,17 @@ def main(argv=None):
             # every gradient is an output, so none of the backward is pruned
             return tf.stack([tf.reduce_sum(tf.square(tf.convert_to_tensor(g))) for g in grads])
 
-        saved = {name: (module_of(name), getattr(module_of(name), attr(name))) for name, _ in settings}
+        config = holders["config"]
+        saved = {name[7:]: getattr(config, name[7:]) for name, _ in settings}
         try:
             for name, value in settings:
-                module, old = saved[name]
-                setattr(module, attr(name), type(old)(int(value) if isinstance(old, (bool, int)) else value))
+                setattr(config, name[7:], option_value(saved[name[7:]], value))
+            config.accelerations  # noqa: B018  (checks the names)
             model.dropout_seed.assign([0, 0])
             out = step().numpy()  # traced (and warmed) with the settings in place
         finally:
-            for name, (module, old) in saved.items():
-                setattr(module, attr(name), old)
+            for key, old in saved.items():
+                setattr(config, key, old)
         return step, out
 
     fns, outs = {}, {}

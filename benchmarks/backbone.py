@@ -9,7 +9,7 @@ GELU), random weights and the same inputs (token ids, two segments, an all-ones 
   dropout 0.1 on both sides (``--train-dropout``).
 
 Implementations: ``tf`` ours in a ``tf.function`` (oneDNN kernels; at inference the fused attention kernel of
-``xlnet_tf/kernels`` when it is built, recorded per worker as ``fused_attention``); ``tf_xla`` the same with
+``xlnet_tf/accel/kernels`` when it is built, recorded per worker as ``fused_attention``); ``tf_xla`` the same with
 ``jit_compile=True`` (XLA cannot compile the custom op, so no fused kernel); ``tf_xopt`` (training only) forward + backward in a ``tf.function`` and the Adam update
 in a separate XLA-compiled function; ``torch`` HF PyTorch eager with 2 threads; ``torch1`` the same with
 1 thread (on a loaded machine two OpenMP threads can be much slower than one; the goals are checked against
@@ -316,9 +316,9 @@ def worker(spec_json: str) -> None:
 
         info["onednn"] = bool(_pywrap_util_port.IsMklEnabled())
     if spec["impl"].startswith("tf"):  # ours: whether the fused attention kernel was available (used: tf, tf_xopt)
-        from xlnet_tf import kernels, layers
+        from xlnet_tf.accel import kernels
 
-        info["fused_attention"] = kernels.status() if layers.FUSED_ATTENTION else "off (layers.FUSED_ATTENTION)"
+        info["fused_attention"] = kernels.status()
     if spec["impl"] in MG_IMPLS:  # its own venv: record what it ran on
         info["versions"] = versions(("tensorflow", "tf-keras", "tf-models-official"))
         info["python"] = sys.executable

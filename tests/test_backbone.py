@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from xlnet_tf import XLNetConfig, XLNetModel, layers, modeling
+from xlnet_tf import XLNetConfig, XLNetModel, block, encodings, ops
+from xlnet_tf.accel import chunks, fusions, streams
 
 TINY = dict(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64, n_token=60)
 
@@ -97,7 +98,7 @@ def test_mixed_precision_masks_do_not_overflow(policy):
 
 @pytest.mark.parametrize("chunk", [0, 3])
 def test_recompute_same_loss_and_gradients(chunk, monkeypatch):
-    monkeypatch.setattr(layers, "ATTN_CHUNK", chunk)  # 3: the 7 queries run as two chunks (3 + 4 rows)
+    monkeypatch.setattr(chunks, "CHUNK", chunk)  # 3: the 7 queries run as two chunks (3 + 4 rows)
     ids, seg, mask = _inputs()
     tm = np.eye(7, dtype=np.float32)[None, 2:5].repeat(2, 0)
     perm = np.triu(np.ones((7, 7), np.float32))[None].repeat(2, 0)
@@ -130,9 +131,9 @@ def test_xla_layer_norm_and_gelu_match_plain_ops_with_gradients(shape):
     dy = tf.constant(rng.normal(0, 1, shape), tf.float32)
     gamma = tf.Variable(rng.normal(1, 0.3, shape[-1:]).astype(np.float32))
     beta = tf.Variable(rng.normal(0, 0.3, shape[-1:]).astype(np.float32))
-    pairs = [(lambda v: layers.layer_norm(v, gamma, beta, 1e-12),
-              lambda v: layers.layer_norm_ops(v, gamma, beta, 1e-12)),
-             (layers.gelu_tanh_train, layers.gelu_tanh)]
+    pairs = [(lambda v: fusions.layer_norm(v, gamma, beta, 1e-12),
+              lambda v: ops.layer_norm(v, gamma, beta, 1e-12)),
+             (fusions.gelu_tanh, ops.gelu_tanh)]
     for fused, plain in pairs:
         results = []
         for fn in (fused, plain):
@@ -147,30 +148,31 @@ def test_xla_layer_norm_and_gelu_match_plain_ops_with_gradients(shape):
             np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-5)
 
 
-def test_dropout_masks_rate_scale_and_sites():
+@pytest.mark.parametrize("table", [ops.PLAIN, fusions.FUSED], ids=["plain", "xla"])
+def test_dropout_masks_rate_scale_and_sites(table):
     """Keep fraction 1 - rate, kept values scaled by 1/(1 - rate), gradient = mask * scale, one mask per site
     and seed, the same mask again for the same site and seed."""
     x = tf.ones([400, 500])
     seed = tf.constant([3, 9], tf.int64)
     with tf.GradientTape() as tape:
         tape.watch(x)
-        y = layers.dropout(x, 0.3, seed, 1)
+        y = table.dropout(x, 0.3, seed, 1)
     dx = tape.gradient(y, x).numpy()
     y = y.numpy()
     assert set(np.unique(y)) == {0.0, np.float32(1 / 0.7)}
     assert abs((y > 0).mean() - 0.7) < 0.005  # 200,000 draws: 5 sd = 0.005
     np.testing.assert_array_equal(dx, y)
-    np.testing.assert_array_equal(layers.dropout(x, 0.3, seed, 1), y)
-    assert (layers.dropout(x, 0.3, seed, 2).numpy() != y).mean() > 0.3
-    assert (layers.dropout(x, 0.3, tf.constant([3, 10], tf.int64), 1).numpy() != y).mean() > 0.3
-    assert layers.dropout(x, 0.3, None, 1) is x and layers.dropout(x, 0.0, seed, 1) is x
+    np.testing.assert_array_equal(table.dropout(x, 0.3, seed, 1), y)
+    assert (table.dropout(x, 0.3, seed, 2).numpy() != y).mean() > 0.3
+    assert (table.dropout(x, 0.3, tf.constant([3, 10], tf.int64), 1).numpy() != y).mean() > 0.3
+    assert table.dropout(x, 0.3, None, 1) is x and table.dropout(x, 0.0, seed, 1) is x
 
 
 @pytest.mark.parametrize("fn", ["gelu_dropout", "dropout_add_ln", "dropout_add_ln_bias", "query_terms",
                                 "attention_probs", "attention_probs_no_dropatt"])
-def test_fused_training_sites_match_plain_ops_with_gradients(fn, monkeypatch):
-    """Each XLA-fused site of a training step (forward + hand-written backward, same dropout mask) against
-    plain TensorFlow ops and autodiff (XLA_FUSIONS off)."""
+def test_fused_training_sites_match_plain_ops_with_gradients(fn):
+    """Each XLA-fused site of a training step (``fusions.FUSED``: forward + hand-written backward, same dropout
+    mask) against the plain TensorFlow ops and autodiff (``ops.PLAIN``)."""
     rng = np.random.default_rng(5)
     seed = tf.constant([1, 2], tf.int64)
     t = lambda *shape: tf.constant(rng.normal(0, 1.5, shape), tf.float32)  # noqa: E731
@@ -179,20 +181,19 @@ def test_fused_training_sites_match_plain_ops_with_gradients(fn, monkeypatch):
         ef_diff = tf.constant(rng.random((2, 5, 7)) < 0.5)
         blocked = tf.constant(rng.random((2, 5, 7)) < 0.3) & tf.constant(np.arange(7) > 0)  # col 0 always open
         rate = 0.25 if fn == "attention_probs" else 0.0
-        run = lambda ac, bd, ef: layers.attention_probs_train(ac, bd, ef, ef_diff, blocked, rate, seed, 6)  # noqa
+        run = lambda ac, bd, ef: table.attention_probs(ac, bd, ef, ef_diff, blocked, rate, seed, 6)  # noqa
     elif fn == "query_terms":
         args = [t(2, 3, 5, 4), t(3, 4), t(3, 4), t(3, 4)]
-        run = lambda q, *b: layers.query_terms(q, list(b), 0.5)  # noqa: E731
+        run = lambda q, *b: table.query_terms(q, list(b), 0.5)  # noqa: E731
     elif fn == "gelu_dropout":
         args = [t(6, 16), t(16)]
-        run = lambda u, b: layers.gelu_dropout_train(u, b, 0.25, seed, 3)  # noqa: E731
+        run = lambda u, b: table.gelu_dropout(u, b, 0.25, seed, 3)  # noqa: E731
     else:
         args = [t(6, 16), t(6, 16), t(16) + 1.0, t(16)] + ([t(16)] if fn.endswith("bias") else [])
-        run = lambda h, x, g, b, *bias: layers.dropout_add_layer_norm(  # noqa: E731
+        run = lambda h, x, g, b, *bias: table.dropout_add_layer_norm(  # noqa: E731
             h, x, g, b, 1e-12, 0.25, seed, 4, bias=bias[0] if bias else None)
     results = []
-    for fusions in (True, False):
-        monkeypatch.setattr(layers, "XLA_FUSIONS", fusions)
+    for table in (fusions.FUSED, ops.PLAIN):
         with tf.GradientTape() as tape:
             tape.watch(args)
             outs = run(*args)
@@ -208,12 +209,13 @@ def test_fused_training_sites_match_plain_ops_with_gradients(fn, monkeypatch):
 
 
 def test_xla_fusions_off_same_outputs_and_gradients(monkeypatch):
-    """XLA_FUSIONS off (plain ops everywhere) and the default give the same model, dropout included."""
+    """Without the ``xla`` acceleration (plain ops for every elementwise chain) the model is the same, dropout
+    included."""
     ids, seg, mask = _inputs()
     m = XLNetModel(XLNetConfig(**TINY, dropout=0.1, dropatt=0.1), seed=4)
     results = []
-    for fusions in (True, False):
-        monkeypatch.setattr(layers, "XLA_FUSIONS", fusions)
+    for option in (True, "kernels,chunks,streams"):
+        monkeypatch.setattr(m.config, "accelerate", option)
         m.dropout_seed.assign([4, 0])
         infer = m(ids, segment_ids=seg, padding_mask=mask)["sequence_output"].numpy()
         with tf.GradientTape() as tape:
@@ -232,19 +234,19 @@ def test_xla_fusions_off_same_outputs_and_gradients(monkeypatch):
 def test_positional_basis_projects_like_the_encoding(run, qlen, mlen):
     """The factored encodings (inference) give the same projected encodings as the [pb, r, d] tensor."""
     cfg = XLNetConfig(**TINY, **run)
-    block = XLNetModel(cfg).blocks[0]
+    attn = XLNetModel(cfg).blocks[0].rel_attn
     args = (qlen, qlen + mlen, cfg.d_model, cfg.attn_type, cfg.bi_data, cfg.clamp_len)
-    dense = block._positional_heads(layers.relative_positional_encoding(*args), tf.float32)
-    factored = block._positional_heads(layers.positional_basis(*args), tf.float32)
+    dense = attn.positional_rows(encodings.relative_positional_encoding(*args), tf.float32)
+    factored = attn.positional_rows(encodings.positional_basis(*args), tf.float32)
     assert dense.shape == factored.shape
     np.testing.assert_allclose(factored.numpy(), dense.numpy(), rtol=0, atol=1e-6)
 
 
 def test_query_chunks_bounds():
-    assert layers.query_chunks(None, 128) is None and layers.query_chunks(255, 128) is None
-    assert layers.query_chunks(512, 0) is None
-    assert layers.query_chunks(512, 128) == [(0, 128), (128, 256), (256, 384), (384, 512)]
-    assert layers.query_chunks(13, 3) == [(0, 3), (3, 6), (6, 9), (9, 13)]
+    assert chunks.query_chunks(None, 128) is None and chunks.query_chunks(255, 128) is None
+    assert chunks.query_chunks(512, 0) is None
+    assert chunks.query_chunks(512, 128) == [(0, 128), (128, 256), (256, 384), (384, 512)]
+    assert chunks.query_chunks(13, 3) == [(0, 3), (3, 6), (6, 9), (9, 13)]
 
 
 def test_query_chunks_same_outputs_and_gradients(monkeypatch):
@@ -262,7 +264,7 @@ def test_query_chunks_same_outputs_and_gradients(monkeypatch):
     m = XLNetModel(XLNetConfig(**TINY, dropout=0.0, dropatt=0.0, bi_data=True, mem_len=mlen))
     results = []
     for chunk in (0, 3):
-        monkeypatch.setattr(layers, "ATTN_CHUNK", chunk)
+        monkeypatch.setattr(chunks, "CHUNK", chunk)
         with tf.GradientTape() as tape:
             out = m(ids, **kw, training=True)
             loss = tf.reduce_mean(tf.square(out["sequence_output"])) + tf.reduce_mean(tf.square(out["query_output"]))
@@ -289,20 +291,20 @@ def test_bi_data_requires_even_batch():
 
 
 def test_inference_streams_rule():
-    use = modeling._use_streams
+    use = streams.use_streams
     assert use(8, 128) and use(4, 128) and use(16, 64) and use(5, 128)
     assert not use(2, 512) and not use(1, 1024) and not use(4, 64) and not use(3, 512)
     dyn = use(tf.constant(8), tf.constant(128))
     assert isinstance(dyn, tf.Tensor) and bool(dyn) and not bool(use(tf.constant(4), tf.constant(64)))
     # this CI machine is CPU-only with >= 2 threads: on by default
-    assert XLNetModel(XLNetConfig(**TINY)).inference_streams
+    assert streams.host_allows() and "streams" in XLNetConfig(**TINY).accelerations
 
 
 def test_inference_streams_same_outputs(monkeypatch):
     """Two half-batch streams (odd batch; mems, padding, segments, perm_mask, target_mapping) give the outputs of
     one whole-batch forward, eagerly, traced with static shapes, and traced with unknown shapes (tf.cond); a
     training forward is never split (same dropout masks with the streams on or off)."""
-    monkeypatch.setattr(modeling, "STREAM_MIN_TOKENS", 8)
+    monkeypatch.setattr(streams, "MIN_TOKENS", 8)
     rng = np.random.default_rng(6)
     b, q, mlen = 5, 9, 4
     ids = rng.integers(10, 60, (b, q)).astype(np.int32)
@@ -315,17 +317,18 @@ def test_inference_streams_same_outputs(monkeypatch):
     m = XLNetModel(XLNetConfig(**TINY, dropout=0.2, dropatt=0.2, mem_len=mlen))
     calls = []
     forward = m._forward
-    monkeypatch.setattr(m, "_forward", lambda *a, **k: calls.append(tf.shape(a[0])[0]) or forward(*a, **k))
+    monkeypatch.setattr(m, "_forward", lambda **k: calls.append(tf.shape(k["input_ids"])[0]) or forward(**k))
+    on, off = True, "xla,kernels,chunks"
 
     def run(fn, *args, **kwargs):
         calls.clear()
         return tf.nest.map_structure(np.asarray, fn(*args, **kwargs)), len(calls)
 
-    m.inference_streams = False
+    m.config.accelerate = off
     ref, n = run(m, ids, **kw)
     ref_plain, _ = run(m, ids, segment_ids=seg, padding_mask=mask)
     assert n == 1
-    m.inference_streams = True
+    m.config.accelerate = on
     spec = tf.TensorSpec([None, None], tf.int32)
     dynamic = tf.function(lambda i, s, p: m(i, segment_ids=s, padding_mask=p), input_signature=[spec] * 3)
     cases = [(run(m, ids, **kw), 2, ref), (run(tf.function(lambda: m(ids, **kw))), 2, ref),
@@ -339,8 +342,8 @@ def test_inference_streams_same_outputs(monkeypatch):
     whole = m(ids[:1], segment_ids=seg[:1], padding_mask=mask[:1])["sequence_output"].numpy()
     assert np.abs(one["sequence_output"] - whole).max() <= 1e-6
     trained = []
-    for on in (False, True):
-        m.inference_streams = on
+    for names in (off, on):
+        m.config.accelerate = names
         m.dropout_seed.assign([3, 0])
         out, n = run(m, ids, **kw, training=True)
         assert n == 1
@@ -355,18 +358,18 @@ def test_positional_encoding_dropout_per_example(monkeypatch, bi_data, mode):
     on the relative encodings; the kept entries are the encoding / keep (forward half / backward half with
     bi_data). ``pos_dropout="shared"`` draws one mask per encoding set."""
     seen = []
-    call = layers.XLNetBlock.call
+    call = block.XLNetBlock.call
 
     def record(self, h, g, mem, pos_emb, *args, **kwargs):
         seen.append(pos_emb)
         return call(self, h, g, mem, pos_emb, *args, **kwargs)
 
-    monkeypatch.setattr(layers.XLNetBlock, "call", record)
+    monkeypatch.setattr(block.XLNetBlock, "call", record)
     rate, b, q = 0.5, 4, 5
     model = XLNetModel(XLNetConfig(**TINY, dropout=rate, dropatt=0.0, bi_data=bi_data, pos_dropout=mode))
     model(tf.zeros([b, q], tf.int32), training=True)
     pos = seen[0].numpy()
-    pe = layers.relative_positional_encoding(q, q, TINY["d_model"], "bi", bi_data, -1).numpy()  # [pb, r, d]
+    pe = encodings.relative_positional_encoding(q, q, TINY["d_model"], "bi", bi_data, -1).numpy()  # [pb, r, d]
     groups = pe.shape[0]
     assert pos.shape == ((b,) if mode == "per_example" else (groups,)) + pe.shape[1:]
     expect = np.repeat(pe, pos.shape[0] // groups, axis=0) / (1 - rate)

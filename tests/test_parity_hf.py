@@ -15,7 +15,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 from transformers.models.xlnet import modeling_xlnet as hf_xlnet  # noqa: E402
 
-from xlnet_tf import XLNetConfig, XLNetModel, kernels, layers  # noqa: E402
+from xlnet_tf import XLNetConfig, XLNetModel  # noqa: E402
+from xlnet_tf.accel import chunks, fused_attention, kernels  # noqa: E402
 from xlnet_tf.checkpoint import CheckpointError, write_tf_checkpoint  # noqa: E402
 
 TOL = 1e-5
@@ -62,12 +63,13 @@ def original_ckpt(tmp_path_factory):
 def attn_chunk(request, monkeypatch):
     """Each numerical test runs with attention in one piece, in query chunks of ~3 rows (``query_chunks``:
     sequences of 6+ rows are split, e.g. 10 rows -> 3 + 3 + 4), and through the compiled kernel
-    (``layers.FUSED_ATTENTION``; inference without the query stream), which must all give the same numbers."""
+    (``accelerate`` with ``kernels``; inference without the query stream), which must all give the same numbers."""
     chunk, fused = request.param
     if fused and kernels.load() is None:
         pytest.skip(f"fused attention kernel: {kernels.status()}")
-    monkeypatch.setattr(layers, "ATTN_CHUNK", chunk)
-    monkeypatch.setattr(layers, "FUSED_ATTENTION", fused)
+    monkeypatch.setattr(chunks, "CHUNK", chunk)
+    if not fused:  # the graph's attention, as where the kernels are not built
+        monkeypatch.setattr(fused_attention, "op_for", lambda *args: None)
     return chunk
 
 

@@ -46,22 +46,22 @@ def backbone_name_map(model) -> "OrderedDict[str, object]":
     m[PREFIX + "mask_emb/mask_emb"] = model.mask_emb
     for bias in ("r_w_bias", "r_r_bias", "r_s_bias"):
         if c.untie_r:
-            m[PREFIX + bias] = [getattr(b, bias) for b in model.blocks]
+            m[PREFIX + bias] = [getattr(b.rel_attn, bias) for b in model.blocks]
         else:
             m[PREFIX + bias] = model.shared_biases[bias]
-    m[PREFIX + "seg_embed"] = [b.seg_embed for b in model.blocks]
+    m[PREFIX + "seg_embed"] = [b.rel_attn.segment.seg_embed for b in model.blocks]
     for i, b in enumerate(model.blocks):
         p = f"{PREFIX}layer_{i}/"
+        attn, ff = b.rel_attn, b.ff
         for w in ("q", "k", "v", "r", "o"):
-            m[f"{p}rel_attn/{w}/kernel"] = getattr(b, w)
-        m[p + "rel_attn/LayerNorm/gamma"] = b.attn_ln_gamma
-        m[p + "rel_attn/LayerNorm/beta"] = b.attn_ln_beta
-        m[p + "ff/layer_1/kernel"] = b.ff1_kernel
-        m[p + "ff/layer_1/bias"] = b.ff1_bias
-        m[p + "ff/layer_2/kernel"] = b.ff2_kernel
-        m[p + "ff/layer_2/bias"] = b.ff2_bias
-        m[p + "ff/LayerNorm/gamma"] = b.ff_ln_gamma
-        m[p + "ff/LayerNorm/beta"] = b.ff_ln_beta
+            m[f"{p}rel_attn/{w}/kernel"] = getattr(attn, w)
+        m[p + "rel_attn/LayerNorm/gamma"] = attn.ln_gamma
+        m[p + "rel_attn/LayerNorm/beta"] = attn.ln_beta
+        for n in ("layer_1", "layer_2"):
+            m[f"{p}ff/{n}/kernel"] = getattr(ff, f"{n}_kernel")
+            m[f"{p}ff/{n}/bias"] = getattr(ff, f"{n}_bias")
+        m[p + "ff/LayerNorm/gamma"] = ff.ln_gamma
+        m[p + "ff/LayerNorm/beta"] = ff.ln_beta
     m["model/lm_loss/bias"] = model.lm_bias
     return m
 

@@ -26,6 +26,9 @@ SHAPE_KEYS = ("n_layer", "d_model", "n_head", "d_head", "d_inner", "ff_activatio
 RUN_KEYS = ("dropout", "dropatt", "mem_len", "reuse_len", "attn_type", "bi_data", "clamp_len", "same_length",
             "initializer_range", "layer_norm_eps", "recompute", "pos_dropout", "accelerate")
 
+# The accelerations ``accelerate`` may name (``xlnet_tf/accel``).
+ACCELERATIONS = ("xla", "kernels", "chunks", "streams")
+
 _ACTIVATION_ALIASES = {"gelu": "gelu", "gelu_new": "gelu", "gelu_tanh": "gelu", "gelu_exact": "gelu_exact",
                        "gelu_erf": "gelu_exact", "relu": "relu"}
 
@@ -69,9 +72,10 @@ class XLNetConfig:
     # dropped) or "shared" (one mask for the batch: the projection runs once, not per example, and the fused
     # training kernel applies; ~10% faster fine-tuning steps for XLNet-Base at 8x128, PERFORMANCE.md).
     pos_dropout: str = "per_example"
-    # The measured speed paths beside the math (xlnet_tf/layers.py: XLA clusters with hand-written gradients,
-    # the compiled attention kernels, query chunking, inference streams); False: the plain TensorFlow ops only.
-    accelerate: bool = True
+    # The measured speed paths beside the math (xlnet_tf/accel: XLA clusters with hand-written gradients, the
+    # compiled attention kernels, query chunks, inference streams): true (all), false (the plain TensorFlow ops
+    # only) or a comma list of ACCELERATIONS.
+    accelerate: object = True
 
     def __post_init__(self):
         self.validate()
@@ -101,6 +105,20 @@ class XLNetConfig:
             self.clamp_len = -1
         if self.pos_dropout not in ("per_example", "shared"):
             raise ValueError(f"XLNetConfig.pos_dropout: expected 'per_example' or 'shared', got {self.pos_dropout!r}")
+        self.accelerations  # noqa: B018  (checks the option)
+
+    @property
+    def accelerations(self) -> frozenset:
+        """The accelerations ``accelerate`` selects."""
+        option = self.accelerate
+        if isinstance(option, bool):
+            return frozenset(ACCELERATIONS) if option else frozenset()
+        names = frozenset(n.strip() for n in option.split(",") if n.strip()) if isinstance(option, str) else None
+        unknown = None if names is None else sorted(names - set(ACCELERATIONS))
+        if names is None or unknown:
+            raise ValueError(f"XLNetConfig.accelerate: expected true, false or a comma list of "
+                             f"{', '.join(ACCELERATIONS)}, got {option!r}")
+        return names
 
     # ------------------------------------------------------------------ presets
     @classmethod

@@ -14,7 +14,7 @@ from typing import Callable, Dict, Optional, Sequence
 
 import tensorflow as tf
 
-from xlnet_tf import layers
+from xlnet_tf import accel
 from xlnet_tf.fileutil import atomic_directory
 
 SEG_PAD_CLASSIFIER = 4
@@ -95,7 +95,7 @@ def classification_features(ids_a: tf.RaggedTensor, ids_b: Optional[tf.RaggedTen
 def save_atomically(module: tf.Module, export_dir: str, signatures: Dict[str, Callable]) -> str:
     """tf.saved_model.save into a temp dir next to ``export_dir``, then rename over it."""
     with atomic_directory(export_dir) as tmp:
-        with layers.portable_graph():  # no compiled kernel in the graph: serving needs TensorFlow only
+        with accel.portable_graph():  # no compiled kernel in the graph: serving needs TensorFlow only
             tf.saved_model.save(module, tmp, signatures=signatures)
     return export_dir
 

@@ -20,8 +20,9 @@ The model (one replica, one optimizer update of ``batch`` examples, ``grad_accum
 
 * gradients: float32, one per trainable variable (the word-embedding gradient is a dense [n_token, d] tensor:
   the trainer densifies it). With ``grad_accum_steps > 1`` an accumulator of the same size lives through the step.
-* activations kept for the backward pass, per *trainable* block, derived from the ops of ``layers.py``
-  (b = micro-batch, q = k = seq_len, r = k + q relative positions, n heads x d_head, a = compute-dtype bytes):
+* activations kept for the backward pass, per *trainable* block, derived from the ops of ``attention.py`` and
+  ``feedforward.py`` (b = micro-batch, q = k = seq_len, r = k + q relative positions, n heads x d_head,
+  a = compute-dtype bytes):
 
   ============================================  =====================  =========================================
   tensor                                         shape                  why autodiff keeps it
@@ -120,7 +121,7 @@ CPU_RUNTIME_OVERHEAD_MIB = {"tensorflow_import": 575.0}
 
 # ====================================================================== parameters
 def block_param_count(c: XLNetConfig) -> int:
-    """Weights of one XLNetBlock (layers.py): q,k,v,r,o [d, n, d_head], 2 LayerNorms, FFN, seg_embed (+ r biases)."""
+    """Weights of one XLNetBlock: q,k,v,r,o [d, n, d_head], 2 LayerNorms, FFN, seg_embed (+ r biases)."""
     proj = c.d_model * c.n_head * c.d_head
     n = 5 * proj + 2 * 2 * c.d_model                         # q k v r o, attention + FFN LayerNorm gamma/beta
     n += c.d_model * c.d_inner + c.d_inner + c.d_inner * c.d_model + c.d_model   # layer_1, layer_2
@@ -220,7 +221,7 @@ def block_activations(c: XLNetConfig, seq_len: int, batch: int, precision: str, 
     freed before the attention backward starts) or "attn" (the rest). ``cpu`` with ``jit`` and a mixed
     precision: XLA:CPU has no native 16-bit matmuls and upcasts them, so activations are kept as float32
     (measured); the 16-bit weight copies remain. ``fused_attention``: the compiled training kernels
-    (``xlnet_tf/kernels``; CPU, graph mode, float32) keep q, k, v as projected, the probabilities and the bool
+    (``xlnet_tf/accel/kernels``; CPU, graph mode, float32) keep q, k, v as projected, the probabilities and the bool
     keep mask, and no biased queries, transposed heads or dropped probabilities."""
     mixed = precision != "float32"
     a = 4 if (cpu and jit) else _bytes_per(precision)
@@ -319,18 +320,18 @@ def workspace(c: XLNetConfig, seq_len: int, batch: int, precision: str, jit: boo
 
 
 # ====================================================================== the estimate
-KERNEL_LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "_rel_attention.so")
+KERNEL_LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "accel", "kernels", "_rel_attention.so")
 
 
 def fused_attention_applies(c: XLNetConfig, precision: str, jit: bool, cpu: bool) -> bool:
-    """Whether a training step would run the compiled attention kernels (``layers.FUSED_ATTENTION``): a CPU
+    """Whether a training step would run the compiled attention kernels (``accelerate`` with ``kernels``): a CPU
     host, graph mode (the trainer's --jit=update or false), float32, no bi_data, d_head a multiple of 16 and
     a built library (its stamp is checked only when TensorFlow loads it: an outdated build falls back to the
     TensorFlow ops, which keep more), and one set of positional encodings for the batch (no dropout on them, or
     ``pos_dropout="shared"``)."""
     one_pos_set = c.pos_dropout == "shared" or c.dropout <= 0
-    return (c.accelerate and cpu and not jit and precision == "float32" and not c.bi_data and c.d_head % 16 == 0
-            and one_pos_set and os.path.exists(KERNEL_LIBRARY))
+    return ("kernels" in c.accelerations and cpu and not jit and precision == "float32" and not c.bi_data
+            and c.d_head % 16 == 0 and one_pos_set and os.path.exists(KERNEL_LIBRARY))
 
 
 def estimate(config: Union[XLNetConfig, str, dict], seq_len: int, batch: int, precision: str = "float32",

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import os
 from typing import Dict, List, Optional, Sequence
 
 import keras
 import tensorflow as tf
 
+from xlnet_tf import accel
+from xlnet_tf.accel import streams
+from xlnet_tf.block import XLNetBlock
 from xlnet_tf.config import XLNetConfig
-from xlnet_tf.layers import (XLNetBlock, accelerator_visible, dropout, plain_ops, positional_basis,
-                             relative_positional_encoding)
+from xlnet_tf.encodings import RelativePositionalEncoding
 from xlnet_tf.masks import attention_masks, segment_diff
 
 
@@ -33,39 +34,14 @@ class WrapsBackbone:
             return self.n_layer + 1
 
 
-# Inference streams. On a CPU-only host an inference forward with batch >= STREAM_MIN_BATCH and at least
-# STREAM_MIN_TOKENS tokens per half batch runs as two independent half-batch forwards in one graph: the executor
-# then overlaps the two chains, so one half's poorly parallel ops (attention BatchMatMuls, transposes, the small
-# XLA clusters) run next to the other half's matmuls instead of leaving a core idle. Every example's computation
-# is unchanged (outputs equal up to oneDNN's blocking of the smaller matmuls); training is never split (dropout
-# masks and weight gradients stay as they are). Measured on the 2-core CI machine: PERFORMANCE.md "Backbone speed".
-# ``model.inference_streams = False`` turns it off; the default is on when no GPU/TPU is visible and
-# TensorFlow may use at least two threads.
-STREAM_MIN_TOKENS = 256
-STREAM_MIN_BATCH = 4
-
-
-def _cpu_streams_default() -> bool:
-    if accelerator_visible():
-        return False
-    threads = tf.config.threading.get_intra_op_parallelism_threads() or (os.cpu_count() or 1)
-    return threads >= 2
-
-
-def _use_streams(batch, qlen):
-    """Whether an inference forward of [batch, qlen] runs as two streams (Python bool or bool tensor)."""
-    rule = (batch >= STREAM_MIN_BATCH, (batch // 2) * qlen >= STREAM_MIN_TOKENS)
-    return all(rule) if isinstance(batch, int) and isinstance(qlen, int) else tf.logical_and(*rule)
-
-
 class XLNetModel(keras.Model):
     """XLNet backbone.
 
     ``model(input_ids, segment_ids=None, padding_mask=None, mems=None, perm_mask=None, target_mapping=None,
     training=False)`` returns a dict with ``sequence_output`` [b, q, d] (content stream), ``query_output``
     [b, num_predict, d] when ``target_mapping`` is given, and ``new_mems`` (list of n_layer [b, mem_len, d])
-    when ``config.mem_len > 0``. Mask conventions: see ``xlnet_tf/masks.py``. ``inference_streams``: see
-    ``STREAM_MIN_TOKENS``.
+    when ``config.mem_len > 0``. Mask conventions: see ``xlnet_tf/masks.py``. The run option
+    ``config.accelerate`` chooses the accelerations (``xlnet_tf.accel``).
     """
 
     def __init__(self, config: XLNetConfig, seed: int = 0, name: str = "xlnet", **kwargs):
@@ -84,9 +60,10 @@ class XLNetModel(keras.Model):
             shared = {n: self.add_weight(name=n, shape=(c.n_head, c.d_head), initializer=init)
                       for n in ("r_w_bias", "r_r_bias", "r_s_bias")}
         self.shared_biases = shared
-        self.inference_streams = _cpu_streams_default()
-        self.blocks = [XLNetBlock(config, i, shared_biases=shared, dtype=self.dtype_policy)
-                       for i in range(c.n_layer)]
+        self.positional_encoding = RelativePositionalEncoding(config, dtype=self.dtype_policy)
+        with keras.name_scope(self.name):
+            self.blocks = [XLNetBlock(config, i, shared_biases=shared, dtype=self.dtype_policy)
+                           for i in range(c.n_layer)]
         # tf.train.Checkpoint does not see layers inside Keras-tracked lists: name each block too.
         for i, block in enumerate(self.blocks):
             setattr(self, f"layer_{i}", block)
@@ -99,6 +76,11 @@ class XLNetModel(keras.Model):
         self.built = True
 
     # ------------------------------------------------------------------ helpers
+    @property
+    def ops(self):
+        """The ops table of the run option ``config.accelerate`` (read when tracing)."""
+        return accel.ops_table(self.config.accelerations)
+
     @property
     def n_layer(self) -> int:
         return self.config.n_layer
@@ -148,33 +130,12 @@ class XLNetModel(keras.Model):
     # ------------------------------------------------------------------ forward
     def call(self, input_ids, segment_ids=None, padding_mask=None, mems: Optional[Sequence] = None,
              perm_mask=None, target_mapping=None, training=False) -> Dict[str, object]:
-        args = (input_ids, segment_ids, padding_mask, mems, perm_mask, target_mapping)
-        if not self.config.accelerate:
-            with plain_ops():
-                return self._forward(*args, training=bool(training))
-        if bool(training) or not self.inference_streams or self.config.bi_data:
-            return self._forward(*args, training=bool(training))
-        ids = tf.convert_to_tensor(input_ids)
-        batch, qlen = ids.shape[0], ids.shape[1]
-        if batch is not None and qlen is not None:  # static shapes: decided when tracing
-            use = _use_streams(batch, qlen)
-            return self._forward_streams(*args) if use else self._forward(*args, training=False)
-        shape = tf.shape(ids)
-        return tf.cond(_use_streams(shape[0], shape[1]), lambda: self._forward_streams(*args),
-                       lambda: self._forward(*args, training=False))
-
-    def _forward_streams(self, *args) -> Dict[str, object]:
-        """Inference as two independent half-batch forwards (see ``STREAM_MIN_TOKENS``); outputs concatenated."""
-        half = (tf.shape(args[0])[0] + 1) // 2
-
-        def rows(x, first):
-            if x is None:
-                return None
-            x = tf.convert_to_tensor(x)
-            return x[:half] if first else x[half:]
-
-        shards = [self._forward(*tf.nest.map_structure(lambda x: rows(x, first), args)) for first in (True, False)]
-        return tf.nest.map_structure(lambda a, b: tf.concat([a, b], axis=0), *shards)
+        inputs = dict(input_ids=input_ids, segment_ids=segment_ids, padding_mask=padding_mask, mems=mems,
+                      perm_mask=perm_mask, target_mapping=target_mapping)
+        if (not training and "streams" in self.config.accelerations and not self.config.bi_data
+                and streams.host_allows()):
+            return streams.forward(self._forward, inputs)
+        return self._forward(**inputs, training=bool(training))
 
     def _forward(self, input_ids, segment_ids=None, padding_mask=None, mems: Optional[Sequence] = None,
                  perm_mask=None, target_mapping=None, training=False) -> Dict[str, object]:
@@ -197,23 +158,16 @@ class XLNetModel(keras.Model):
                                                          c.attn_type, c.same_length)
         ef_diff = segment_diff(segment_ids, mlen) if segment_ids is not None else None
         dtype = self.compute_dtype
-        positions = (qlen, klen, c.d_model, c.attn_type, c.bi_data, c.clamp_len)
-        if seed is None or c.dropout <= 0:  # no dropout on the encodings: the cheaper factored form
-            pos_emb = positional_basis(*positions, dtype=dtype)
-        else:
-            pos_emb = relative_positional_encoding(*positions, dtype=dtype)  # [pb, r, d]
-            if c.pos_dropout == "per_example":  # the original tiles over the batch, then drops
-                pos_emb = tf.repeat(pos_emb, bsz // tf.shape(pos_emb)[0], axis=0)  # [b, r, d]
-            pos_emb = dropout(pos_emb, c.dropout, seed, 3)
+        pos_emb = self.positional_encoding(qlen, klen, bsz, seed=seed)
 
         h = tf.gather(tf.cast(self.word_embedding, dtype), input_ids)
-        h = dropout(h, c.dropout, seed, 1)
+        h = self.ops.dropout(h, c.dropout, seed, 1)
         g = None
         if target_mapping is not None:
             target_mapping = tf.cast(target_mapping, dtype)
             num_predict = tf.shape(target_mapping)[1]
             g = tf.tile(tf.cast(self.mask_emb, dtype), tf.stack([bsz, num_predict, 1]))
-            g = dropout(g, c.dropout, seed, 2)
+            g = self.ops.dropout(g, c.dropout, seed, 2)
 
         new_mems: List[tf.Tensor] = []
         for i, block in enumerate(self.blocks):
@@ -224,9 +178,9 @@ class XLNetModel(keras.Model):
             h, g = self._run_block(block, h, g, mem, pos_emb, ef_diff, content_blocked, query_blocked,
                                    target_mapping, block_seed, training)
 
-        out = {"sequence_output": dropout(h, c.dropout, seed, 4)}
+        out = {"sequence_output": self.ops.dropout(h, c.dropout, seed, 4)}
         if g is not None:
-            out["query_output"] = dropout(g, c.dropout, seed, 5)
+            out["query_output"] = self.ops.dropout(g, c.dropout, seed, 5)
         if c.mem_len > 0:
             out["new_mems"] = new_mems
         return out

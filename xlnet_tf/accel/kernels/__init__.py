@@ -3,8 +3,8 @@ of ops in training (``rel_attention.cc``).
 
 Build once per machine (``./dev.sh`` does it; needs g++):
 
-    python -m xlnet_tf.kernels build      # writes xlnet_tf/kernels/_rel_attention.so and its stamp
-    python -m xlnet_tf.kernels status
+    python -m xlnet_tf.accel.kernels build      # writes xlnet_tf/accel/kernels/_rel_attention.so and its stamp
+    python -m xlnet_tf.accel.kernels status
 
 The library is compiled with ``-march=native`` for the TensorFlow it was built against. The stamp next to it
 records the TensorFlow version, the source's hash and the CPU's instruction-set flags; ``load()`` uses the
@@ -64,11 +64,11 @@ def _read_stamp() -> Optional[dict]:
 def status() -> str:
     """Why the kernel is or is not used, in one line."""
     if not os.path.exists(LIBRARY):
-        return f"not built ({LIBRARY} missing): run `python -m xlnet_tf.kernels build`"
+        return f"not built ({LIBRARY} missing): run `python -m xlnet_tf.accel.kernels build`"
     stamp, want = _read_stamp(), expected_stamp()
     if stamp != want:
         stale = [k for k in want if (stamp or {}).get(k) != want[k]]
-        return f"stale build (differs in {', '.join(stale)}): run `python -m xlnet_tf.kernels build`"
+        return f"stale build (differs in {', '.join(stale)}): run `python -m xlnet_tf.accel.kernels build`"
     return f"built for TensorFlow {want['tensorflow']} ({LIBRARY})"
 
 
@@ -107,7 +107,7 @@ def _no_gradient(op, grad):
     raise ValueError(
         "XlnetRelAttention (the fused inference attention kernel) has no gradient: a gradient was requested through "
         "a forward run with training=False. Call the model with training=True (with dropout 0 if you want "
-        "deterministic outputs), or set xlnet_tf.layers.FUSED_ATTENTION = False before tracing.")
+        "deterministic outputs), or build the model with accelerate=False.")
 
 
 def load():

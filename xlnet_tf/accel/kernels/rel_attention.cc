@@ -9,12 +9,12 @@
 // training forward: dense positional rows, the attention-dropout keep mask as an input, and the probabilities
 // as a second output) and XlnetRelAttentionGrad (its backward, from the saved probabilities).
 //
-// Same formulas as xlnet_tf/layers.py (_attend_rows): score(i, j) = (q_i + r_w) s . k_j
+// Same formulas as xlnet_tf/attention.py (attend_rows): score(i, j) = (q_i + r_w) s . k_j
 // + (q_i + r_r) s . kr[qlen - i + j] + (q_i + r_s) s . seg[diff(i, j)], -1e30 where blocked, softmax over j,
 // (times keep(i, j) / (1 - dropatt) in training), times v_j; s = 1 / sqrt(d_head). Summation order differs
 // from the graph's (outputs agree to ~1e-6).
 //
-// Built by `python -m xlnet_tf.kernels build` with -march=native; the vector code uses GCC vector extensions,
+// Built by `python -m xlnet_tf.accel.kernels build` with -march=native; the vector code uses GCC vector extensions,
 // so the same source compiles for AVX-512 (16 floats) and AVX2 (8 floats).
 
 #include <algorithm>
@@ -780,7 +780,7 @@ REGISTER_OP("XlnetRelAttention")
     .Attr("scale: float")
     .Output("out: float")
     .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) { return same_as_input(c, 0, {0}); })
-    .Doc("XLNet relative attention (inference, float32); see xlnet_tf/kernels/rel_attention.cc.");
+    .Doc("XLNet relative attention (inference, float32); see xlnet_tf/accel/kernels/rel_attention.cc.");
 
 // The training pair's shared inputs (the gradient op takes d_out first and the forward's prob last).
 #define XLNET_TRAIN_INPUTS                                                                                   \
@@ -798,7 +798,7 @@ REGISTER_OP("XlnetRelAttentionTrain")
       c->set_output(1, c->MakeShape({c->Dim(q, 0), c->Dim(q, 2), c->Dim(q, 1), c->Dim(k, 1)}));
       return absl::OkStatus();
     })
-    .Doc("XLNet relative attention, training forward (float32); see xlnet_tf/kernels/rel_attention.cc.");
+    .Doc("XLNet relative attention, training forward (float32); see xlnet_tf/accel/kernels/rel_attention.cc.");
 
 REGISTER_OP("XlnetRelAttentionGrad")
     .Input("d_out: float")
@@ -815,7 +815,7 @@ REGISTER_OP("XlnetRelAttentionGrad")
     .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
       return same_as_input(c, 0, {1, 2, 3, 4, 5, 6, 7, 8});
     })
-    .Doc("The gradient of XlnetRelAttentionTrain; see xlnet_tf/kernels/rel_attention.cc.");
+    .Doc("The gradient of XlnetRelAttentionTrain; see xlnet_tf/accel/kernels/rel_attention.cc.");
 
 REGISTER_KERNEL_BUILDER(Name("XlnetRelAttention").Device(tensorflow::DEVICE_CPU), RelAttentionOp);
 REGISTER_KERNEL_BUILDER(Name("XlnetRelAttentionTrain").Device(tensorflow::DEVICE_CPU), RelAttentionTrainOp);

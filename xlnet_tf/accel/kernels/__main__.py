@@ -1,11 +1,11 @@
-"""python -m xlnet_tf.kernels build [--force] | status
+"""python -m xlnet_tf.accel.kernels build [--force] | status
 
 ``build`` compiles only when there is no current build (``--force``: always).
 """
 
 import sys
 
-from xlnet_tf import kernels
+from xlnet_tf.accel import kernels
 
 
 def main(argv) -> int:
@@ -17,13 +17,13 @@ def main(argv) -> int:
         try:
             print(f"built {kernels.build()}")
         except RuntimeError as e:
-            print(f"xlnet_tf.kernels: {e}", file=sys.stderr)
+            print(f"xlnet_tf.accel.kernels: {e}", file=sys.stderr)
             return 1
         return 0
     if cmd == "status":
         print(kernels.status())
         return 0
-    print("usage: python -m xlnet_tf.kernels build [--force] | status", file=sys.stderr)
+    print("usage: python -m xlnet_tf.accel.kernels build [--force] | status", file=sys.stderr)
     return 2
 
 

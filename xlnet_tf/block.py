@@ -1,0 +1,31 @@
+"""One XLNet layer: two-stream relative attention, then the feed-forward sub-layer on each stream."""
+
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+import keras
+
+from xlnet_tf.attention import RelativeAttention
+from xlnet_tf.feedforward import FeedForward
+
+
+class XLNetBlock(keras.layers.Layer):
+    """``call(h, g, mem, pos_emb, ef_diff, content_blocked, query_blocked, target_mapping, seed)`` -> (h, g):
+    the arguments of ``RelativeAttention.call``; g (the query stream) stays None when given None. Dropout salts:
+    attention 1, 2 (content) and 5, 6 (query stream); feed-forward 3, 4 and 7, 8."""
+
+    def __init__(self, config, index: int, shared_biases: Optional[Dict] = None, **kwargs):
+        super().__init__(name=f"layer_{index}", **kwargs)
+        self.config = config
+        self.index = index
+        with keras.name_scope(self.name):  # variable paths xlnet/layer_{i}/rel_attn/q, ...
+            self.rel_attn = RelativeAttention(config, shared_biases, dtype=self.dtype_policy)
+            self.ff = FeedForward(config, dtype=self.dtype_policy)
+        self.built = True
+
+    def call(self, h, g, mem, pos_emb, ef_diff, content_blocked, query_blocked, target_mapping, seed=None,
+             training=False):
+        h, g = self.rel_attn(h, g, mem, pos_emb, ef_diff, content_blocked, query_blocked, target_mapping, seed=seed,
+                             training=training)
+        return self.ff(h, seed=seed, salt=3), (None if g is None else self.ff(g, seed=seed, salt=7))
