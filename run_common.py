@@ -149,13 +149,15 @@ TRAINING_FLAGS = ("learning_rate", "train_steps", "warmup_steps", "min_lr_ratio"
 
 
 def _checkpoint_identity(path: Optional[str]):
-    """Path, sizes and mtimes of an init checkpoint's files (hashing gigabytes at every start would be slow)."""
+    """The ``stat_identity`` of an init checkpoint's files (hashing gigabytes at every start would be slow)."""
+    from xlnet_tf.fileutil import stat_identity
+
     if not path:
         return None
     files = sorted(os.path.join(path, n) for n in os.listdir(path)) if os.path.isdir(path) else \
         sorted(p for p in (os.path.join(os.path.dirname(path) or ".", n)
                            for n in os.listdir(os.path.dirname(path) or ".")) if p.startswith(path))
-    return {os.path.abspath(p): [os.path.getsize(p), os.stat(p).st_mtime_ns] for p in files if os.path.isfile(p)}
+    return [stat_identity(p) for p in files if os.path.isfile(p)]
 
 
 def start_run(F, run_dir: str, script: str, task: str, config, tokenizer, training: bool,
@@ -164,20 +166,21 @@ def start_run(F, run_dir: str, script: str, task: str, config, tokenizer, traini
     """Checks the inputs against the model and takes ``run_dir`` for this run (``run_state.RunGuard``: lock,
     stale temporaries, manifest). Held until the process exits. ``train_sources=None``: the training data
     is not given to this run (reused records) and not compared."""
-    from run_state import RunGuard, fingerprint
+    from run_state import RunGuard
+    from xlnet_tf.fileutil import content_hash
 
     vocab = int(tokenizer.vocab_size)
     if vocab > config.n_token:
         raise ValueError(f"--spiece_model_file {tokenizer.spiece_model_file}: vocabulary of {vocab} pieces, but "
                          f"the model embeds only n_token={config.n_token}: use the model's own spiece.model")
     manifest = {"script": script, "task": task,
-                "tokenizer": {"sha256": fingerprint(tokenizer.spiece_model_file), "uncased": bool(F.uncased)},
+                "tokenizer": {"sha256": content_hash(tokenizer.spiece_model_file), "uncased": bool(F.uncased)},
                 "model_shape": config.to_original_dict(), "model": config.to_dict(),
                 "data": dict(data or {}),
                 "training": {k: (_checkpoint_identity(F.init_checkpoint) if k == "init_checkpoint"
                                  else getattr(F, k)) for k in TRAINING_FLAGS if hasattr(F, k)}}
     if train_sources is not None:
-        manifest["train_data"] = {os.path.abspath(p): fingerprint(p) for p in train_sources}
+        manifest["train_data"] = {os.path.abspath(p): content_hash(p) for p in train_sources}
     temp_dirs = [os.path.dirname(os.path.abspath(F.export_dir))] if getattr(F, "export_dir", None) else []
     guard = RunGuard(run_dir, manifest, training=training, overwrite=F.overwrite_output_dir,
                      work_dirs=work_dirs, temp_dirs=temp_dirs)

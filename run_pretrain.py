@@ -100,7 +100,9 @@ def spiece_model(F, model_dir: str, train_paths) -> str:
     path = F.spiece_model_file or os.path.join(model_dir, "spiece.model")
     if not path.endswith(".model"):
         raise ValueError(f"--spiece_model_file must end with .model when training one, got {path}")
-    meta = {"inputs": [[os.path.abspath(p), os.path.getsize(p), int(os.path.getmtime(p))] for p in train_paths],
+    from xlnet_tf.fileutil import stat_identity
+
+    meta = {"inputs": [stat_identity(p) for p in train_paths],
             "vocab_size": F.vocab_size, "lower": bool(F.uncased)}
     meta_path = path[:-len(".model")] + ".train.json"
     try:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import hashlib
 import json
 import logging
 import os
@@ -43,27 +42,6 @@ log = logging.getLogger("run")
 
 class RunConflict(ValueError):
     """Another run holds the directory, or the directory holds another run."""
-
-
-def fingerprint(path: str) -> str:
-    """sha256 of a file's bytes, or of a directory's relative paths and file bytes (sorted walk)."""
-    h = hashlib.sha256()
-    if os.path.isdir(path):
-        for root, dirs, files in os.walk(path):
-            dirs.sort()
-            for name in sorted(files):
-                full = os.path.join(root, name)
-                h.update(os.path.relpath(full, path).encode("utf-8") + b"\0")
-                _hash_file(full, h)
-    else:
-        _hash_file(path, h)
-    return h.hexdigest()
-
-
-def _hash_file(path: str, h) -> None:
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
 
 
 def _alive(pid: int) -> bool:

@@ -22,6 +22,7 @@ import numpy as np
 
 from data.tfrecord_io import FeatureSpec, cached_tfrecords, is_valid_cache, read_manifest
 from data import tfrecord_io
+from xlnet_tf.fileutil import stat_identity
 from xlnet_tf.tokenizer import SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD
 
 LAYOUT = "xlnet-classification-v1"  # bump when the feature layout changes: invalidates cached TFRecords
@@ -154,13 +155,11 @@ def write_features(examples: Union[Sequence, Callable[[], Sequence]], tokenizer,
     """Writes the features of ``examples`` to ``path`` (atomic, with manifest); reuses a matching cache.
 
     ``examples``: a list, or a callable returning it (then it is only called when the cache is stale).
-    ``source_files``: the files the examples come from; the cache is keyed on their path/size/mtime. Without
+    ``source_files``: the files the examples come from; the cache is keyed on their ``stat_identity``. Without
     them it is keyed on a digest of the examples (which then must be a list). Returns the record count.
     """
-    from tasks.classification import source_identity
-
     if source_files is not None:
-        sources: Union[List[dict], str] = source_identity(source_files)
+        sources: Union[List[dict], str] = [stat_identity(p) for p in source_files]
     elif callable(examples):
         raise ValueError("pass source_files= when examples is a callable (the cache needs an identity)")
     else:

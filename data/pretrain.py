@@ -71,7 +71,7 @@ from typing import Dict, Iterator, List, Optional, Sequence
 import numpy as np
 
 from data import tfrecord_io
-from xlnet_tf.fileutil import write_json
+from xlnet_tf.fileutil import stat_identity, write_json
 from xlnet_tf.tokenizer import SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SPIECE_UNDERLINE, XLNetTokenizer
 
 LAYOUT_VERSION = 1  # bump when the record layout changes, so cached files are rebuilt
@@ -270,11 +270,6 @@ def num_steps_for(data_len: int, seq_len: int, reuse_len: int) -> int:
     return 0 if data_len < seq_len else (data_len - seq_len) // stride + 1
 
 
-def _file_stat(path: str) -> List:
-    st = os.stat(path)
-    return [os.path.abspath(path), st.st_size, int(st.st_mtime)]
-
-
 def create_pretrain_tfrecords(input_paths: Sequence[str] | str, output_prefix: str, tokenizer, seq_len: int,
                               reuse_len: int, num_streams: int, bi_data: bool = False, num_groups: int = 1,
                               records_per_shard: int = 16384, use_eod: bool = True, use_eop: bool = False,
@@ -290,9 +285,10 @@ def create_pretrain_tfrecords(input_paths: Sequence[str] | str, output_prefix: s
         input_paths = [p for p in input_paths.split(",") if p]
     if isinstance(tokenizer, str):
         tokenizer = XLNetTokenizer(tokenizer)
-    meta = {"layout": "pretrain", "version": LAYOUT_VERSION, "sources": [_file_stat(p) for p in input_paths],
-            "tokenizer": _file_stat(tokenizer.spiece_model_file)[1:] + [os.path.basename(tokenizer.spiece_model_file),
-                                                                        tokenizer.lower, tokenizer.keep_accents],
+    spm = tokenizer.spiece_model_file  # by name, size and mtime (the same model may be copied elsewhere)
+    meta = {"layout": "pretrain", "version": LAYOUT_VERSION, "sources": [stat_identity(p) for p in input_paths],
+            "tokenizer": dict(stat_identity(spm), path=os.path.basename(spm), lower=tokenizer.lower,
+                              keep_accents=tokenizer.keep_accents),
             "seq_len": seq_len, "reuse_len": reuse_len, "num_streams": num_streams, "num_groups": num_groups,
             "bi_data": bool(bi_data), "use_eod": use_eod, "use_eop": use_eop, "seed": seed}
     index_path = output_prefix + ".index.json"

@@ -23,6 +23,7 @@ import numpy as np
 
 from data import tfrecord_io
 from tasks import race as race_task
+from xlnet_tf.fileutil import stat_identity
 from xlnet_tf.tokenizer import SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD, XLNetTokenizer
 
 LAYOUT_VERSION = 1  # bump when the feature layout changes, so cached files are rebuilt
@@ -108,21 +109,9 @@ def _tokenizer_args(tok: XLNetTokenizer) -> dict:
             "keep_accents": tok.keep_accents}
 
 
-def _file_signature(path: str) -> dict:
-    st = os.stat(path)
-    return {"path": os.path.abspath(path), "bytes": st.st_size, "mtime": int(st.st_mtime)}
-
-
 def source_signature(source: str, split: str) -> dict:
-    """Path + size + mtime of an archive; for a directory, its split's file count, total bytes and latest mtime."""
-    if os.path.isfile(source):
-        return _file_signature(source)
-    files = bytes_ = mtime = 0
-    for root, _, names in os.walk(race_task._split_dir(source, split)):
-        for name in names:
-            st = os.stat(os.path.join(root, name))
-            files, bytes_, mtime = files + 1, bytes_ + st.st_size, max(mtime, int(st.st_mtime))
-    return {"path": os.path.abspath(source), "files": files, "bytes": bytes_, "mtime": mtime}
+    """An archive's ``stat_identity``; for a directory, its split's."""
+    return stat_identity(source if os.path.isfile(source) else race_task._split_dir(source, split))
 
 
 def features_meta(source: str, split: str, tokenizer: XLNetTokenizer, max_seq_length: int, max_qa_length: int,
@@ -130,7 +119,7 @@ def features_meta(source: str, split: str, tokenizer: XLNetTokenizer, max_seq_le
     """What a cached RACE TFRecord must match to be reused."""
     return {"task": "race", "layout": LAYOUT_VERSION, "split": split, "source": source_signature(source, split),
             "levels": list(race_task.select_levels(high_only, middle_only)),
-            "tokenizer": dict(_tokenizer_args(tokenizer), model=_file_signature(tokenizer.spiece_model_file)),
+            "tokenizer": dict(_tokenizer_args(tokenizer), model=stat_identity(tokenizer.spiece_model_file)),
             "max_seq_length": max_seq_length, "max_qa_length": max_qa_length}
 
 

@@ -35,7 +35,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from data import tfrecord_io
-from xlnet_tf.fileutil import write_json
+from xlnet_tf.fileutil import stat_identity, write_json
 from xlnet_tf.tokenizer import SPIECE_UNDERLINE, XLNetTokenizer
 
 LAYOUT_VERSION = 1
@@ -550,11 +550,6 @@ def build_squad_features(examples: Sequence, tokenizer: XLNetTokenizer, max_seq_
     return records, index
 
 
-def _file_signature(path: str) -> dict:
-    st = os.stat(path)
-    return {"path": os.path.abspath(path), "bytes": st.st_size, "mtime": int(st.st_mtime)}
-
-
 def features_meta(examples: Sequence, tokenizer: XLNetTokenizer, max_seq_length: int, doc_stride: int,
                   max_query_length: int, is_training: bool) -> dict:
     """What a cached SQuAD TFRecord (and its index) must match to be reused: layout, tokenizer, lengths and
@@ -566,7 +561,7 @@ def features_meta(examples: Sequence, tokenizer: XLNetTokenizer, max_seq_length:
     h.update(json.dumps(sorted({ex.context_id: hashlib.sha1(ex.context.encode("utf-8")).hexdigest()
                                 for ex in examples}.items())).encode("utf-8"))
     return {"task": "squad", "layout": LAYOUT_VERSION, "examples_sha1": h.hexdigest(), "examples": len(examples),
-            "tokenizer": dict(_tokenizer_args(tokenizer), model=_file_signature(tokenizer.spiece_model_file)),
+            "tokenizer": dict(_tokenizer_args(tokenizer), model=stat_identity(tokenizer.spiece_model_file)),
             "max_seq_length": max_seq_length, "doc_stride": doc_stride, "max_query_length": max_query_length,
             "is_training": bool(is_training)}
 

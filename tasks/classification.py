@@ -258,14 +258,3 @@ def read_jsonl(path: str, text_a: str, text_b: Optional[str], label: Optional[st
     if not out:
         raise DataError(path, None, "empty file; expected one JSON object per line")
     return out
-
-
-def source_identity(paths: Sequence[str]) -> List[dict]:
-    """path + size + mtime of each source (a folder: its entry count and mtime), for cache manifests."""
-    out = []
-    for p in paths:
-        st = os.stat(p)
-        ident = {"path": os.path.abspath(p), "mtime_ns": st.st_mtime_ns}
-        ident["size" if os.path.isfile(p) else "entries"] = st.st_size if os.path.isfile(p) else len(os.listdir(p))
-        out.append(ident)
-    return out

@@ -1,9 +1,12 @@
-"""Atomic writes: a file or a whole directory is built under a temporary name beside the target (carrying the
-writer's pid, so a dead writer's leftovers are recognisable), then renamed over it."""
+"""Files: atomic writes (a file or a whole directory is built under a temporary name beside the target, carrying
+the writer's pid so a dead writer's leftovers are recognisable, then renamed over it) and the two identities of
+a source: ``stat_identity`` (size and mtime, what caches of derived files record) and ``content_hash`` (the
+bytes, what a run's manifest records)."""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -71,3 +74,39 @@ def normal_permissions(top: str) -> None:
         for f in files:
             path = os.path.join(root, f)
             os.chmod(path, (0o777 if os.access(path, os.X_OK) else 0o666) & ~umask)
+
+
+def stat_identity(path: str) -> dict:
+    """A source file or directory as a cache records it, to notice an edit without reading it: the absolute path,
+    the bytes and the latest mtime (ns); for a directory the totals over its files (walked) and their count."""
+    path = os.path.abspath(path)
+    if not os.path.isdir(path):
+        st = os.stat(path)
+        return {"path": path, "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
+    files = size = mtime = 0
+    for root, _, names in os.walk(path):
+        for name in names:
+            st = os.stat(os.path.join(root, name))
+            files, size, mtime = files + 1, size + st.st_size, max(mtime, st.st_mtime_ns)
+    return {"path": path, "files": files, "bytes": size, "mtime_ns": mtime}
+
+
+def content_hash(path: str) -> str:
+    """sha256 of a file's bytes, or of a directory's relative paths and file bytes (sorted walk)."""
+    h = hashlib.sha256()
+    if os.path.isdir(path):
+        for root, dirs, files in os.walk(path):
+            dirs.sort()
+            for name in sorted(files):
+                full = os.path.join(root, name)
+                h.update(os.path.relpath(full, path).encode("utf-8") + b"\0")
+                _hash_file(full, h)
+    else:
+        _hash_file(path, h)
+    return h.hexdigest()
+
+
+def _hash_file(path: str, h) -> None:
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
