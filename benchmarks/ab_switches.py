@@ -2,7 +2,7 @@
 """A/B of the model's run options on the XLNet-Base backbone, interleaved in ONE process.
 
 Each variant is a comma list of ``config.NAME=VALUE`` settings of the model's run options (``XLNetConfig``), for
-example ``config.accelerate=xla+chunks+streams`` (every acceleration but the kernels: names joined by ``+``),
+example ``config.accelerate=xla+chunks`` (every acceleration but the kernels: names joined by ``+``),
 ``config.accelerate=0`` (the plain ops) or ``config.pos_dropout=shared``; ``base`` = no change. The options are
 read when a function is traced, so every variant gets its own ``tf.function``, traced with its settings in
 place and timed with them restored: all variants share one model, one process and one machine state, and their
@@ -16,10 +16,9 @@ reference.
 * ``--mode pretrain``: the same with both streams, as in pretraining: a random factorisation order per row
   (perm_mask) and seq * 85 / 512 predicted positions (target_mapping); loss = mean(h^2) + mean(g^2).
 
-    python benchmarks/ab_switches.py --mode train --shape 8x128 config.accelerate=kernels+chunks+streams base
-    python benchmarks/ab_switches.py --mode infer --shape 2x512 config.accelerate=xla+kernels+streams base --reps 9
-    python benchmarks/ab_switches.py --mode infer --shape 8x128 config.accelerate=xla+kernels+chunks base --reps 15
-    python benchmarks/ab_switches.py --mode pretrain --shape 2x512 config.accelerate=xla+chunks+streams base --reps 5
+    python benchmarks/ab_switches.py --mode train --shape 8x128 config.accelerate=kernels+chunks base
+    python benchmarks/ab_switches.py --mode infer --shape 2x512 config.accelerate=xla+kernels base --reps 9
+    python benchmarks/ab_switches.py --mode pretrain --shape 2x512 config.accelerate=xla+chunks base --reps 5
     python benchmarks/ab_switches.py --mode train --shape 8x128 base config.pos_dropout=shared
 """
 

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from xlnet_tf import XLNetConfig, XLNetModel, block, encodings, ops
-from xlnet_tf.accel import chunks, fusions, streams
+from xlnet_tf.accel import chunks, fusions
 
 TINY = dict(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64, n_token=60)
 
@@ -214,7 +214,7 @@ def test_xla_fusions_off_same_outputs_and_gradients(monkeypatch):
     ids, seg, mask = _inputs()
     m = XLNetModel(XLNetConfig(**TINY, dropout=0.1, dropatt=0.1), seed=4)
     results = []
-    for option in (True, "kernels,chunks,streams"):
+    for option in (True, "kernels,chunks"):
         monkeypatch.setattr(m.config, "accelerate", option)
         m.dropout_seed.assign([4, 0])
         infer = m(ids, segment_ids=seg, padding_mask=mask)["sequence_output"].numpy()
@@ -288,67 +288,6 @@ def test_bi_data_requires_even_batch():
     m = XLNetModel(XLNetConfig(**TINY, bi_data=True))
     with pytest.raises(tf.errors.InvalidArgumentError, match="even batch"):
         m(np.ones((3, 4), np.int32))
-
-
-def test_inference_streams_rule():
-    use = streams.use_streams
-    assert use(8, 128) and use(4, 128) and use(16, 64) and use(5, 128)
-    assert not use(2, 512) and not use(1, 1024) and not use(4, 64) and not use(3, 512)
-    dyn = use(tf.constant(8), tf.constant(128))
-    assert isinstance(dyn, tf.Tensor) and bool(dyn) and not bool(use(tf.constant(4), tf.constant(64)))
-    # this CI machine is CPU-only with >= 2 threads: on by default
-    assert streams.host_allows() and "streams" in XLNetConfig(**TINY).accelerations
-
-
-def test_inference_streams_same_outputs(monkeypatch):
-    """Two half-batch streams (odd batch; mems, padding, segments, perm_mask, target_mapping) give the outputs of
-    one whole-batch forward, eagerly, traced with static shapes, and traced with unknown shapes (tf.cond); a
-    training forward is never split (same dropout masks with the streams on or off)."""
-    monkeypatch.setattr(streams, "MIN_TOKENS", 8)
-    rng = np.random.default_rng(6)
-    b, q, mlen = 5, 9, 4
-    ids = rng.integers(10, 60, (b, q)).astype(np.int32)
-    seg = rng.integers(0, 3, (b, q)).astype(np.int32)
-    mask = (np.arange(q)[None] >= rng.integers(0, 3, (b, 1))).astype(np.int32)
-    perm = (rng.random((b, q, q)) < 0.3).astype(np.float32)
-    tm = np.eye(q, dtype=np.float32)[None, 2:6].repeat(b, 0)
-    mems = [rng.normal(0, 1, (b, mlen, TINY["d_model"])).astype(np.float32) for _ in range(TINY["n_layer"])]
-    kw = dict(segment_ids=seg, padding_mask=mask, perm_mask=perm, target_mapping=tm, mems=mems)
-    m = XLNetModel(XLNetConfig(**TINY, dropout=0.2, dropatt=0.2, mem_len=mlen))
-    calls = []
-    forward = m._forward
-    monkeypatch.setattr(m, "_forward", lambda **k: calls.append(tf.shape(k["input_ids"])[0]) or forward(**k))
-    on, off = True, "xla,kernels,chunks"
-
-    def run(fn, *args, **kwargs):
-        calls.clear()
-        return tf.nest.map_structure(np.asarray, fn(*args, **kwargs)), len(calls)
-
-    m.config.accelerate = off
-    ref, n = run(m, ids, **kw)
-    ref_plain, _ = run(m, ids, segment_ids=seg, padding_mask=mask)
-    assert n == 1
-    m.config.accelerate = on
-    spec = tf.TensorSpec([None, None], tf.int32)
-    dynamic = tf.function(lambda i, s, p: m(i, segment_ids=s, padding_mask=p), input_signature=[spec] * 3)
-    cases = [(run(m, ids, **kw), 2, ref), (run(tf.function(lambda: m(ids, **kw))), 2, ref),
-             (run(dynamic, ids, seg, mask), 3, ref_plain)]  # tf.cond traces both branches: 2 halves + 1 whole
-    for (out, n), expected, ref in cases:
-        assert n == expected and out.keys() == ref.keys()
-        for k in out:
-            for a, c in zip(tf.nest.flatten(ref[k]), tf.nest.flatten(out[k])):
-                assert a.shape == c.shape and np.abs(a - c).max() <= 1e-6, k
-    one, _ = run(dynamic, ids[:1], seg[:1], mask[:1])  # batch 1 takes the whole-batch branch
-    whole = m(ids[:1], segment_ids=seg[:1], padding_mask=mask[:1])["sequence_output"].numpy()
-    assert np.abs(one["sequence_output"] - whole).max() <= 1e-6
-    trained = []
-    for names in (off, on):
-        m.config.accelerate = names
-        m.dropout_seed.assign([3, 0])
-        out, n = run(m, ids, **kw, training=True)
-        assert n == 1
-        trained.append(out["sequence_output"])
-    np.testing.assert_array_equal(trained[0], trained[1])
 
 
 @pytest.mark.parametrize("bi_data", [False, True])

@@ -14,7 +14,7 @@ from xlnet_tf.accel import chunks, kernels
 from xlnet_tf.masks import attention_masks, segment_diff
 
 OP = kernels.load()
-NO_KERNELS = "xla,chunks,streams"  # every acceleration but the kernels
+NO_KERNELS = "xla,chunks"  # every acceleration but the kernels
 needs_kernel = pytest.mark.skipif(OP is None, reason=f"fused attention kernel: {kernels.status()}")
 
 

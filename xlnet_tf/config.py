@@ -27,7 +27,7 @@ RUN_KEYS = ("dropout", "dropatt", "mem_len", "reuse_len", "attn_type", "bi_data"
             "initializer_range", "layer_norm_eps", "recompute", "pos_dropout", "accelerate")
 
 # The accelerations ``accelerate`` may name (``xlnet_tf/accel``).
-ACCELERATIONS = ("xla", "kernels", "chunks", "streams")
+ACCELERATIONS = ("xla", "kernels", "chunks")
 
 _ACTIVATION_ALIASES = {"gelu": "gelu", "gelu_new": "gelu", "gelu_tanh": "gelu", "gelu_exact": "gelu_exact",
                        "gelu_erf": "gelu_exact", "relu": "relu"}
@@ -73,7 +73,7 @@ class XLNetConfig:
     # training kernel applies; ~10% faster fine-tuning steps for XLNet-Base at 8x128, PERFORMANCE.md).
     pos_dropout: str = "per_example"
     # The measured speed paths beside the math (xlnet_tf/accel: XLA clusters with hand-written gradients, the
-    # compiled attention kernels, query chunks, inference streams): true (all), false (the plain TensorFlow ops
+    # compiled attention kernels, query chunks): true (all), false (the plain TensorFlow ops
     # only) or a comma list of ACCELERATIONS.
     accelerate: object = True
 

@@ -8,7 +8,6 @@ import keras
 import tensorflow as tf
 
 from xlnet_tf import accel
-from xlnet_tf.accel import streams
 from xlnet_tf.block import XLNetBlock
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.encodings import RelativePositionalEncoding
@@ -130,15 +129,6 @@ class XLNetModel(keras.Model):
     # ------------------------------------------------------------------ forward
     def call(self, input_ids, segment_ids=None, padding_mask=None, mems: Optional[Sequence] = None,
              perm_mask=None, target_mapping=None, training=False) -> Dict[str, object]:
-        inputs = dict(input_ids=input_ids, segment_ids=segment_ids, padding_mask=padding_mask, mems=mems,
-                      perm_mask=perm_mask, target_mapping=target_mapping)
-        if (not training and "streams" in self.config.accelerations and not self.config.bi_data
-                and streams.host_allows()):
-            return streams.forward(self._forward, inputs)
-        return self._forward(**inputs, training=bool(training))
-
-    def _forward(self, input_ids, segment_ids=None, padding_mask=None, mems: Optional[Sequence] = None,
-                 perm_mask=None, target_mapping=None, training=False) -> Dict[str, object]:
         c = self.config
         input_ids = tf.cast(input_ids, tf.int32)
         shape = tf.shape(input_ids)

@@ -8,10 +8,9 @@ False (the plain TensorFlow ops of ``xlnet_tf.ops`` and the layers only), or a c
   hand-written gradients (LayerNorm, dropout with its neighbours, the biased queries, the score chain).
 * ``kernels`` (``fused_attention`` and ``kernels/``): a block's whole attention core as compiled CPU ops.
 * ``chunks`` (``chunks``): bidirectional attention computed in query chunks.
-* ``streams`` (``streams``): inference batches run as two independent half-batch forwards.
 
-Each module's docstring gives its measured gain (PERFORMANCE.md "Backbone speed"; ``benchmarks/ab_switches.py``
-measures one against another, e.g. ``config.accelerate=xla,chunks,streams`` against ``base``). Outputs agree
+Each module's docstring gives its measured gain (PERFORMANCE.md "Accelerations"; ``benchmarks/ab_switches.py``
+measures one against another, e.g. ``config.accelerate=xla+chunks`` against ``base``). Outputs agree
 with the plain ops within float32 rounding (tests/test_fused_attention.py holds it).
 """
 
@@ -26,7 +25,7 @@ from xlnet_tf import ops
 from xlnet_tf.accel import fusions
 
 def accelerator_visible() -> bool:
-    """Whether a GPU/TPU is visible (then the graph runs there: the kernels and the CPU streams step aside)."""
+    """Whether a GPU/TPU is visible (then the graph runs there: the CPU kernels step aside)."""
     return bool(tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"))
 
 
