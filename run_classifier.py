@@ -16,6 +16,7 @@ import os
 from absl import app, flags
 
 import run_common
+import runner
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("task", None, "Task name (see the module docstring).")
@@ -44,17 +45,89 @@ def build_task(F):
     return get_task(name, **options)
 
 
+class ClassifierRun(runner.TaskSpec):
+    """A classification / regression task for the runner (plain arguments)."""
+
+    def __init__(self, task, data_dir, tokenizer, config, max_seq_length, cache_dir, eval_batch_size,
+                 predict_batch_size, head_options, seed=42, progress=True, overwrite_data=False):
+        self.task, self.data_dir, self.tokenizer, self.config = task, data_dir, tokenizer, config
+        self.L, self.cache_dir, self.head_options, self.seed = max_seq_length, cache_dir, head_options, seed
+        self.eval_batch_size, self.predict_batch_size = eval_batch_size, predict_batch_size or eval_batch_size
+        self.progress, self.overwrite_data = progress, overwrite_data
+        self.name, self.main_metric = task.name, task.main_metric
+        self._features = {}
+
+    def features(self, split):
+        """(TFRecord path, count) of ``split`` ("train", "dev", "test"), built once per run."""
+        from data import classification as cls_data
+
+        if split not in self._features:
+            self._features[split] = cls_data.task_features(
+                self.task, self.data_dir, split, self.tokenizer, self.L, self.cache_dir, progress=self.progress,
+                overwrite=self.overwrite_data)
+        return self._features[split]
+
+    def head(self):
+        from heads.classification import ClassificationHead
+
+        t, c = self.task, self.config
+        return ClassificationHead(c.d_model, 1 if t.regression else t.num_labels, regression=t.regression,
+                                  task_name=t.name, n_head=c.n_head, d_head=c.d_head, **self.head_options)
+
+    def feature_spec(self):
+        from data import classification as cls_data
+
+        return cls_data.feature_spec(self.L, self.task.regression)
+
+    def prepare(self, splits):
+        for split in splits:
+            path, n = self.features({"eval": "dev", "predict": "test"}.get(split, split))
+            log.info("%s: %d examples in %s", split, n, path)
+
+    def train_dataset(self, batch_size, input_context):
+        from data import classification as cls_data
+
+        return cls_data.make_dataset(self.features("train")[0], batch_size, is_training=True, seed=self.seed,
+                                     input_context=input_context)
+
+    def _predict(self, model, split, batch_size):
+        from data import classification as cls_data
+        from xlnet_tf import finetune
+
+        ds = cls_data.make_dataset(self.features(split)[0], batch_size, is_training=False)
+        out = finetune.predict_with_labels(model, ds, self.finetuner.strategy)
+        return out, out["score"] if self.task.regression else out["label_pred"]
+
+    def evaluate(self, model, step):
+        from tasks.metrics import compute_metrics
+
+        out, preds = self._predict(model, "dev", self.eval_batch_size)
+        metrics = compute_metrics(self.task, out["label"], preds)
+        metrics.update(loss=float(out["loss"].mean()), step=int(step), num_examples=int(len(out["loss"])))
+        return metrics
+
+    def predict(self, model, output_dir):
+        from tasks.glue import write_glue_predictions
+
+        _, preds = self._predict(model, "test", self.predict_batch_size)
+        os.makedirs(os.path.join(output_dir, "predict"), exist_ok=True)
+        path = os.path.join(output_dir, "predict", f"{self.task.name.upper()}.tsv")
+        write_glue_predictions(self.task, preds, path)
+        return path
+
+    def export(self, model, export_dir):
+        from xlnet_tf.export import ClassifierServing
+
+        labels = None if self.task.regression else list(self.task.labels)
+        serving = ClassifierServing(model, self.tokenizer, self.L, label_names=labels)
+        serving.export(export_dir, pair=self.task.is_pair)
+        log.info("exported SavedModel to %s (signatures: serving_default(text_a%s), serve_ids)", export_dir,
+                 ", text_b" if self.task.is_pair else "")
+
+
 def main(_):
     F = FLAGS
-    import tensorflow as tf
-
-    from data import classification as cls_data
-    from heads.classification import ClassificationHead
-    from tasks.metrics import compute_metrics
-    from xlnet_tf import finetune
-
-    if not (F.do_train or F.do_eval or F.do_predict or F.export_dir):
-        raise ValueError("nothing to do: pass --do_train, --do_eval, --do_predict and/or --export_dir")
+    plan = run_common.plan(F)
     paths = run_common.output_paths(F)
     strategy = run_common.strategy(F)
     task = build_task(F)
@@ -68,68 +141,11 @@ def main(_):
     run_common.start_run(F, paths["output_dir"], "run_classifier", task.name, config, tokenizer, F.do_train,
                          train_sources=task.source_files(F.data_dir, "train") if F.do_train else (),
                          data={"max_seq_length": L}, work_dirs=[paths["model_dir"], paths["cache_dir"]])
-
-    def features(split):
-        return cls_data.task_features(task, F.data_dir, split, tokenizer, L, paths["cache_dir"],
-                                      progress=F.progress, overwrite=F.overwrite_data)
-
-    def make_head():
-        return ClassificationHead(config.d_model, 1 if task.regression else task.num_labels,
-                                  regression=task.regression, task_name=task.name, summary_type=F.summary_type,
-                                  hidden_sizes=run_common.head_hidden_sizes(F), dropout=F.dropout,
-                                  n_head=config.n_head, d_head=config.d_head)
-
-    spec = cls_data.feature_spec(L, task.regression)
-    ft = finetune.FineTuner(config=config, head_fn=make_head, feature_spec=spec, strategy=strategy,
-                            init_checkpoint=F.init_checkpoint, seed=F.seed)
-
-    if F.do_train:
-        train_path, n_train = features("train")
-        # every input is read before the first step: a bad dev or test file fails now, not after training
-        for split, wanted in (("dev", F.do_eval), ("test", F.do_predict)):
-            if wanted:
-                features(split)
-        log.info("train: %d examples in %s", n_train, train_path)
-        ft.train(lambda bs, ctx: cls_data.make_dataset(train_path, bs, is_training=True, seed=F.seed,
-                                                       input_context=ctx),
-                 F.train_batch_size, run_common.train_config(F, paths["model_dir"]))
-
-    def evaluate(model, step):
-        dev_path, n_dev = features("dev")
-        ds = cls_data.make_dataset(dev_path, F.eval_batch_size, is_training=False)
-        out = finetune.predict_with_labels(model, ds, strategy)
-        preds = out["score"] if task.regression else out["label_pred"]
-        metrics = compute_metrics(task, out["label"], preds)
-        metrics.update(loss=float(out["loss"].mean()), step=int(step), num_examples=int(len(out["loss"])))
-        return metrics
-
-    if F.do_eval:
-        results = ft.evaluate_checkpoints(paths["model_dir"], evaluate, all_checkpoints=F.eval_all_ckpt,
-                                          main_metric=task.main_metric)
-        run_common.write_json(os.path.join(F.output_dir, "eval_results.json"), results)
-        log.info("eval: %s", {k: v for k, v in results.items() if k != "all_checkpoints"})
-
-    if F.do_predict:
-        from tasks.glue import write_glue_predictions
-
-        test_path, _ = features("test")
-        model = ft.model_for_inference(paths["model_dir"])
-        ds = cls_data.make_dataset(test_path, F.predict_batch_size or F.eval_batch_size, is_training=False)
-        out = finetune.predict_with_labels(model, ds, strategy)
-        preds = out["score"] if task.regression else out["label_pred"]
-        os.makedirs(os.path.join(F.output_dir, "predict"), exist_ok=True)
-        out_file = os.path.join(F.output_dir, "predict", f"{task.name.upper()}.tsv")
-        write_glue_predictions(task, preds, out_file)
-        log.info("predictions: %s", out_file)
-
-    if F.export_dir:
-        from xlnet_tf.export import ClassifierServing
-
-        model = ft.model_for_inference(paths["model_dir"])
-        labels = None if task.regression else list(task.labels)
-        ClassifierServing(model, tokenizer, L, label_names=labels).export(F.export_dir, pair=task.is_pair)
-        log.info("exported SavedModel to %s (signatures: serving_default(text_a%s), serve_ids)", F.export_dir,
-                 ", text_b" if task.is_pair else "")
+    head_options = dict(summary_type=F.summary_type, hidden_sizes=run_common.head_hidden_sizes(F), dropout=F.dropout)
+    spec = ClassifierRun(task, F.data_dir, tokenizer, config, L, paths["cache_dir"], F.eval_batch_size,
+                         F.predict_batch_size, head_options, seed=F.seed, progress=F.progress,
+                         overwrite_data=F.overwrite_data)
+    run_common.run_task(F, spec, plan, config, strategy)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ import time
 from absl import app, flags
 
 import run_common
+import runner
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("data_dir", None, "RACE folder (or its parent) or RACE.tar.gz.")
@@ -70,40 +71,6 @@ def subset_documents(docs, n, seed: int = 0):
     return [dataclasses.replace(docs[i], examples=docs[i].examples[:keep[i]]) for i in sorted(keep)]
 
 
-def race_features(F, split: str, subset, tokenizer, cache_dir: str):
-    """(TFRecord path, question count) of ``split`` (cached)."""
-    from data import race as race_data
-    from data import tfrecord_io
-    from tasks import race as race_task
-
-    L, QA = F.max_seq_length, F.max_qa_length
-    levels = "-".join(race_task.select_levels(F.high_only, F.middle_only))
-    sub = f"-sub{subset}" if subset else ""
-    path = os.path.join(cache_dir, f"race-{split}-{levels}-{L}-{QA}{sub}.tfrecord")
-    if F.overwrite_data:
-        for p in (path, tfrecord_io.manifest_path(path)):
-            if os.path.exists(p):
-                os.remove(p)
-    t0 = time.time()
-    if not subset:
-        n = race_data.write_race_features(F.data_dir, split, path, tokenizer, L, QA, high_only=F.high_only,
-                                          middle_only=F.middle_only, num_workers=F.num_workers,
-                                          progress=F.progress)
-    else:
-        meta = race_data.features_meta(F.data_dir, split, tokenizer, L, QA, F.high_only, F.middle_only)
-        meta["subset"] = {"n": int(subset), "seed": 0}
-
-        def build():
-            docs = subset_documents(race_task.read_race_documents(F.data_dir, split, F.high_only, F.middle_only),
-                                    subset)
-            return race_data.iter_features(docs, tokenizer, L, QA, F.num_workers)
-
-        n = tfrecord_io.cached_tfrecords(path, build, race_data.race_feature_spec(L), meta=meta, total=subset,
-                                         desc=f"RACE {split}", progress=F.progress)
-    log.info("%s: %d questions in %s (%.1fs)", split, n, path, time.time() - t0)
-    return path, n
-
-
 def race_train_sources(data_dir: str, levels):
     """What the training split is read from: the archive, or the train/<level> folders."""
     if os.path.isfile(data_dir):
@@ -111,27 +78,147 @@ def race_train_sources(data_dir: str, levels):
     return [p for p in (os.path.join(data_dir, "train", lv) for lv in levels) if os.path.exists(p)] or [data_dir]
 
 
-def levels_of(dataset):
-    import numpy as np
+class RaceRun(runner.TaskSpec):
+    """RACE for the runner (plain arguments). ``subsets``: {split: N questions or None}."""
+    name, main_metric = "race", "accuracy"
 
-    return np.concatenate([b.numpy() for b in dataset.map(lambda f: f["level"])])
+    def __init__(self, data_dir, tokenizer, config, max_seq_length, max_qa_length, cache_dir, high_only,
+                 middle_only, eval_split, subsets, eval_batch_size, predict_batch_size, head_options, seed=42,
+                 num_workers=None, progress=True, overwrite_data=False):
+        self.data_dir, self.tokenizer, self.config = data_dir, tokenizer, config
+        self.L, self.QA, self.cache_dir = max_seq_length, max_qa_length, cache_dir
+        self.high_only, self.middle_only, self.eval_split, self.subsets = high_only, middle_only, eval_split, subsets
+        self.eval_batch_size, self.predict_batch_size = eval_batch_size, predict_batch_size or eval_batch_size
+        self.head_options, self.seed, self.num_workers = head_options, seed, num_workers
+        self.progress, self.overwrite_data = progress, overwrite_data
+        self._features = {}
+
+    def features(self, split):
+        """(TFRecord path, question count) of ``split`` ("train", "dev", "test"), built once per run."""
+        if split not in self._features:
+            self._features[split] = self._write_features(split, self.subsets.get(split))
+        return self._features[split]
+
+    def _write_features(self, split, subset):
+        from data import race as race_data
+        from data import tfrecord_io
+        from tasks import race as race_task
+
+        L, QA = self.L, self.QA
+        levels = "-".join(race_task.select_levels(self.high_only, self.middle_only))
+        sub = f"-sub{subset}" if subset else ""
+        path = os.path.join(self.cache_dir, f"race-{split}-{levels}-{L}-{QA}{sub}.tfrecord")
+        if self.overwrite_data:
+            for p in (path, tfrecord_io.manifest_path(path)):
+                if os.path.exists(p):
+                    os.remove(p)
+        t0 = time.time()
+        if not subset:
+            n = race_data.write_race_features(self.data_dir, split, path, self.tokenizer, L, QA,
+                                              high_only=self.high_only, middle_only=self.middle_only,
+                                              num_workers=self.num_workers, progress=self.progress)
+        else:
+            meta = race_data.features_meta(self.data_dir, split, self.tokenizer, L, QA, self.high_only,
+                                           self.middle_only)
+            meta["subset"] = {"n": int(subset), "seed": 0}
+
+            def build():
+                return race_data.iter_features(self.documents(split), self.tokenizer, L, QA, self.num_workers)
+
+            n = tfrecord_io.cached_tfrecords(path, build, race_data.race_feature_spec(L), meta=meta, total=subset,
+                                             desc=f"RACE {split}", progress=self.progress)
+        log.info("%s: %d questions in %s (%.1fs)", split, n, path, time.time() - t0)
+        return path, n
+
+    def documents(self, split):
+        from tasks import race as race_task
+
+        docs = race_task.read_race_documents(self.data_dir, split, self.high_only, self.middle_only)
+        return subset_documents(docs, self.subsets.get(split))
+
+    def head(self):
+        from heads.multiple_choice import MultipleChoiceHead
+
+        c = self.config
+        return MultipleChoiceHead(c.d_model, n_head=c.n_head, d_head=c.d_head, **self.head_options)
+
+    def feature_spec(self):
+        from data import race as race_data
+
+        return race_data.race_feature_spec(self.L)
+
+    def prepare(self, splits):
+        for split in splits:
+            self.features({"eval": self.eval_split, "predict": "test"}.get(split, split))
+
+    def train_dataset(self, batch_size, input_context):
+        from data import race as race_data
+
+        return race_data.race_dataset(self.features("train")[0], self.L, batch_size, is_training=True,
+                                      seed=self.seed, input_context=input_context)
+
+    def _predict(self, model, split, batch_size):
+        from data import race as race_data
+        from xlnet_tf import finetune
+
+        ds = race_data.race_dataset(self.features(split)[0], self.L, batch_size, is_training=False)
+        return finetune.predict_with_labels(model, ds, self.finetuner.strategy), ds
+
+    def evaluate(self, model, step):
+        import numpy as np
+
+        from tasks import race as race_task
+
+        out, ds = self._predict(model, self.eval_split, self.eval_batch_size)
+        levels = np.concatenate([b.numpy() for b in ds.map(lambda f: f["level"])])
+        keep = out["label"] >= 0
+        if not keep.any():
+            raise ValueError(f"RACE {self.eval_split}: no labelled questions to score (use --do_predict)")
+        labels, choices, levels = out["label"][keep], out["choice"][keep], levels[keep]
+        metrics = race_task.race_accuracy(labels, choices, levels)
+        metrics.update(loss=float(out["loss"][keep].mean()), step=int(step), split=self.eval_split,
+                       num_examples=int(keep.sum()), num_middle=int((levels == 0).sum()),
+                       num_high=int((levels == 1).sum()))
+        return metrics
+
+    def predict(self, model, output_dir):
+        import numpy as np
+
+        from tasks import race as race_task
+        from xlnet_tf.fileutil import atomic_write
+
+        _, n = self.features("test")
+        examples = [ex for d in self.documents("test") for ex in d.examples]
+        if len(examples) != n:
+            raise ValueError(f"cached test features hold {n} questions, the source {len(examples)}: "
+                             f"rerun with --overwrite_data")
+        out, _ = self._predict(model, "test", self.predict_batch_size)
+        os.makedirs(os.path.join(output_dir, "predict"), exist_ok=True)
+        path = os.path.join(output_dir, "predict", "race-test.tsv")
+        with atomic_write(path) as f:
+            f.write("id\tanswer\tp_A\tp_B\tp_C\tp_D\n")
+            for ex, c, p in zip(examples, out["choice"], out["probabilities"]):
+                f.write(f"{ex.example_id}\t{race_task.ANSWER_LETTERS[int(c)]}\t"
+                        + "\t".join(f"{x:.6f}" for x in np.asarray(p, np.float64)) + "\n")
+        return path
+
+    def export(self, model, export_dir):
+        from tasks.race_serving import RaceServing
+
+        RaceServing(model, self.tokenizer, self.L, self.QA).export(export_dir)
+        log.info("exported SavedModel to %s (signatures: serving_default(article, question, options[4]), "
+                 "serve_ids)", export_dir)
 
 
 # ---------------------------------------------------------------------------------------------- main
 def main(_):
     F = FLAGS
-    import numpy as np
-
-    from data import race as race_data
-    from heads.multiple_choice import MultipleChoiceHead
     from tasks import race as race_task
-    from xlnet_tf import finetune
 
-    if not (F.do_train or F.do_eval or F.do_predict or F.export_dir):
-        raise ValueError("nothing to do: pass --do_train, --do_eval, --do_predict and/or --export_dir")
+    plan = run_common.plan(F)
     if not F.data_dir and (F.do_train or F.do_eval or F.do_predict):
         raise ValueError("--data_dir is required")
-    race_task.select_levels(F.high_only, F.middle_only)  # exclusive flags, checked before any work
+    levels = race_task.select_levels(F.high_only, F.middle_only)  # exclusive flags, checked before any work
     for name in ("train_subset", "eval_subset"):
         if getattr(F, name) is not None and getattr(F, name) < 1:
             raise ValueError(f"--{name} must be >= 1")
@@ -144,85 +231,16 @@ def main(_):
     strategy = run_common.strategy(F)
     tokenizer = run_common.tokenizer(F)
     config = run_common.model_config(F)
-    levels = race_task.select_levels(F.high_only, F.middle_only)
     run_common.start_run(F, paths["output_dir"], "run_race", "race", config, tokenizer, F.do_train,
                          train_sources=race_train_sources(F.data_dir, levels) if F.do_train else (),
                          data={"max_seq_length": L, "max_qa_length": QA, "train_subset": F.train_subset},
                          work_dirs=[paths["model_dir"], paths["cache_dir"]])
-
-    def make_head():
-        return MultipleChoiceHead(config.d_model, summary_type=F.summary_type, dropout=F.dropout,
-                                  n_head=config.n_head, d_head=config.d_head, dropatt=F.dropatt)
-
-    ft = finetune.FineTuner(config=config, head_fn=make_head, feature_spec=race_data.race_feature_spec(L),
-                            strategy=strategy, init_checkpoint=F.init_checkpoint, seed=F.seed)
-
-    if F.do_train:
-        train_path, n_train = race_features(F, "train", F.train_subset, tokenizer, paths["cache_dir"])
-        # every input is read before the first step: a bad dev or test file fails now, not after training
-        for split, wanted in ((F.eval_split, F.do_eval), ("test", F.do_predict)):
-            if wanted:
-                race_features(F, split, F.eval_subset, tokenizer, paths["cache_dir"])
-        t0 = time.time()
-        result = ft.train(lambda bs, ctx: race_data.race_dataset(train_path, L, bs, is_training=True, seed=F.seed,
-                                                                 input_context=ctx),
-                          F.train_batch_size, run_common.train_config(F, paths["model_dir"]))
-        seconds = time.time() - t0
-        if result.history:
-            log.info("trained %d steps in %.1fs (%.2f steps/s incl. compilation); loss %.4f -> %.4f",
-                     len(result.history), seconds, len(result.history) / seconds, result.history[0][1],
-                     result.history[-1][1])
-
-    def evaluate(model, step):
-        path, _ = race_features(F, F.eval_split, F.eval_subset, tokenizer, paths["cache_dir"])
-        ds = race_data.race_dataset(path, L, F.eval_batch_size, is_training=False)
-        out = finetune.predict_with_labels(model, ds, strategy)
-        levels = levels_of(ds)
-        keep = out["label"] >= 0
-        if not keep.any():
-            raise ValueError(f"RACE {F.eval_split}: no labelled questions to score (use --do_predict)")
-        labels, choices, levels = out["label"][keep], out["choice"][keep], levels[keep]
-        metrics = race_task.race_accuracy(labels, choices, levels)
-        metrics.update(loss=float(out["loss"][keep].mean()), step=int(step), split=F.eval_split,
-                       num_examples=int(keep.sum()), num_middle=int((levels == 0).sum()),
-                       num_high=int((levels == 1).sum()))
-        return metrics
-
-    if F.do_eval:
-        results = ft.evaluate_checkpoints(paths["model_dir"], evaluate, all_checkpoints=F.eval_all_ckpt,
-                                          main_metric="accuracy")
-        run_common.write_json(os.path.join(F.output_dir, "eval_results.json"), results)
-        log.info("eval: %s", {k: v for k, v in results.items() if k != "all_checkpoints"})
-
-    if F.do_predict:
-        path, n = race_features(F, "test", F.eval_subset, tokenizer, paths["cache_dir"])
-        docs = subset_documents(race_task.read_race_documents(F.data_dir, "test", F.high_only, F.middle_only),
-                                F.eval_subset)
-        examples = [ex for d in docs for ex in d.examples]
-        if len(examples) != n:
-            raise ValueError(f"cached test features hold {n} questions, the source {len(examples)}: "
-                             f"rerun with --overwrite_data")
-        model = ft.model_for_inference(paths["model_dir"])
-        ds = race_data.race_dataset(path, L, F.predict_batch_size or F.eval_batch_size, is_training=False)
-        out = finetune.predict_with_labels(model, ds, strategy)
-        os.makedirs(os.path.join(F.output_dir, "predict"), exist_ok=True)
-        out_file = os.path.join(F.output_dir, "predict", "race-test.tsv")
-        from xlnet_tf.fileutil import atomic_write
-
-        with atomic_write(out_file) as f:
-            f.write("id\tanswer\tp_A\tp_B\tp_C\tp_D\n")
-            for ex, c, p in zip(examples, out["choice"], out["probabilities"]):
-                f.write(f"{ex.example_id}\t{race_task.ANSWER_LETTERS[int(c)]}\t"
-                        + "\t".join(f"{x:.6f}" for x in np.asarray(p, np.float64)) + "\n")
-        log.info("predictions: %s", out_file)
-
-    if F.export_dir:
-        from tasks.race_serving import RaceServing
-
-        model = ft.model_for_inference(paths["model_dir"])
-        RaceServing(model, tokenizer, L, QA).export(F.export_dir)
-        log.info("exported SavedModel to %s (signatures: serving_default(article, question, options[4]), "
-                 "serve_ids)", F.export_dir)
+    subsets = {"train": F.train_subset, F.eval_split: F.eval_subset, "test": F.eval_subset}
+    head_options = dict(summary_type=F.summary_type, dropout=F.dropout, dropatt=F.dropatt)
+    spec = RaceRun(F.data_dir, tokenizer, config, L, QA, paths["cache_dir"], F.high_only, F.middle_only,
+                   F.eval_split, subsets, F.eval_batch_size, F.predict_batch_size, head_options, seed=F.seed,
+                   num_workers=F.num_workers, progress=F.progress, overwrite_data=F.overwrite_data)
+    run_common.run_task(F, spec, plan, config, strategy)
 
 
 if __name__ == "__main__":

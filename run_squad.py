@@ -39,6 +39,7 @@ import time
 from absl import app, flags
 
 import run_common
+import runner
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("train_file", None, "SQuAD json for training.")
@@ -76,17 +77,155 @@ def read_file(path, name, require_answers=True):
     return examples, version
 
 
-def feature_path(cache_dir, source, split, F):
-    base = os.path.splitext(os.path.basename(source))[0]
-    return os.path.join(cache_dir, f"{base}-{split}-L{F.max_seq_length}-q{F.max_query_length}-"
-                                   f"s{F.doc_stride}.tfrecord")
+class SquadRun(runner.TaskSpec):
+    """SQuAD v1.1 / v2.0 for the runner (plain arguments). Evaluation predicts the predict file (scoring it when
+    it has answers) and writes the best checkpoint's predictions; ``options``: see ``main``."""
+    name = "squad"
+
+    def __init__(self, tokenizer, config, cache_dir, train, predict, v2, options, head_options,
+                 num_workers=None, progress=True, overwrite_data=False, seed=42):
+        self.tokenizer, self.config, self.cache_dir = tokenizer, config, cache_dir
+        self.sources = {"train": train, "predict": predict}  # split -> (examples, file) or None
+        self.v2, self.o, self.head_options, self.seed = v2, options, head_options, seed
+        self.num_workers, self.progress, self.overwrite_data = num_workers, progress, overwrite_data
+        self.main_metric = "best_f1" if v2 else "f1"
+        self.null_threshold = options["null_score_diff_threshold"] if v2 else None
+        self._features, self._kept = {}, {}
+
+    def features(self, split):
+        """(TFRecord path, feature index) of "train" or "predict", built once per run."""
+        from data import squad as squad_data
+
+        if split in self._features:
+            return self._features[split]
+        examples, source = self.sources[split]
+        o = self.o
+        base = os.path.splitext(os.path.basename(source))[0]
+        path = os.path.join(self.cache_dir, f"{base}-{split}-L{o['max_seq_length']}-q{o['max_query_length']}-"
+                                            f"s{o['doc_stride']}.tfrecord")
+        if self.overwrite_data:
+            for p in (path, path + ".json", squad_data.index_path(path)):
+                if os.path.exists(p):
+                    os.remove(p)
+        t0 = time.time()
+        index = squad_data.write_squad_features(examples, path, self.tokenizer, o["max_seq_length"], o["doc_stride"],
+                                                o["max_query_length"], is_training=split == "train",
+                                                num_workers=self.num_workers, progress=self.progress)
+        stats = index.stats
+        log.info("%s: %d questions -> %d windows in %s (%.1fs; %d with >1 window, %d truncated questions, "
+                 "%d answers not mappable to pieces)", split, len(examples), len(index.features), path,
+                 time.time() - t0, stats.get("multi_window", 0), stats.get("truncated_questions", 0),
+                 len(stats.get("unmappable", [])))
+        if not index.features:
+            raise ValueError(f"{source}: no {split} features")
+        self._features[split] = path, index
+        return self._features[split]
+
+    def head(self):
+        from heads.squad import SquadHead
+
+        return SquadHead(self.config.d_model, **self.head_options)
+
+    def feature_spec(self):
+        from data import squad as squad_data
+
+        return squad_data.squad_feature_spec(self.o["max_seq_length"])
+
+    def prepare(self, splits):
+        for split in splits:
+            self.features("train" if split == "train" else "predict")
+
+    def train_dataset(self, batch_size, input_context):
+        from data import squad as squad_data
+
+        return squad_data.squad_dataset(self.features("train")[0], self.o["max_seq_length"], batch_size,
+                                        is_training=True, seed=self.seed, input_context=input_context)
+
+    @property
+    def labelled(self):
+        """An unlabelled predict file (a test set) gets predictions but no scores."""
+        return any(ex.answers or ex.is_impossible for ex in self.sources["predict"][0])
+
+    def evaluate(self, model, step):
+        import tensorflow as tf
+
+        from data import squad as squad_data
+        from tasks import squad_eval
+        from tasks.squad_postprocess import concat_results, postprocess
+        from xlnet_tf.training import predict as run_predict
+
+        o = self.o
+        path, index = self.features("predict")
+        examples = self.sources["predict"][0]
+        version = "2.0" if self.v2 else "1.1"
+
+        def output_fn(feats, outputs):
+            out = dict(model.head.predictions(outputs))
+            out["unique_id"] = feats["unique_id"]
+            out["loss"] = tf.cast(model.per_example_loss(feats, outputs), tf.float32)
+            return out
+
+        ds = squad_data.squad_dataset(path, o["max_seq_length"], o["predict_batch_size"], is_training=False)
+        t0 = time.time()
+        out = run_predict(model, ds, self.finetuner.strategy, output_fn=output_fn)
+        preds = postprocess(index, concat_results([out]), n_best_size=o["n_best_size"],
+                            max_answer_length=o["max_answer_length"],
+                            allow_last_paragraph_token=o["allow_last_paragraph_token"])
+        dataset = squad_eval.examples_to_dataset(examples, version)
+        if not self.labelled:
+            metrics = {}
+        elif self.v2:
+            metrics = squad_eval.evaluate(dataset, preds.predictions, preds.null_odds, version,
+                                          na_prob_thresh=self.null_threshold)
+            metrics.update(squad_eval.span_scores(dataset, preds.predictions))
+        else:
+            metrics = squad_eval.evaluate(dataset, preds.predictions, None, version)
+        metrics.update(step=int(step), loss=float(out["loss"].mean()), version=version,
+                       num_questions=len(examples), num_features=len(index.features),
+                       predict_seconds=round(time.time() - t0, 2))
+        if self.v2:
+            metrics["null_score_diff_threshold"] = self.null_threshold
+        self._kept[int(step)] = preds
+        return metrics
+
+    def finish_evaluation(self, results, results_dir):
+        """Writes the scored checkpoint's predictions (v2: "" where the null odds exceed the threshold, and the
+        non-null answers beside), and ``eval_results.json`` when the predict file has answers."""
+        from tasks.squad_postprocess import SquadPredictions, write_predictions
+        from xlnet_tf.fileutil import write_json
+
+        preds = self._kept[int(results["step"])]
+        if self.v2:
+            non_null = dict(preds.predictions)
+            final = SquadPredictions(
+                predictions={q: ("" if preds.null_odds[q] > self.null_threshold else t) for q, t in non_null.items()},
+                null_odds=preds.null_odds, nbest=preds.nbest)
+            write_predictions(final, results_dir)
+            write_json(os.path.join(results_dir, "non_null_predictions.json"), non_null)
+        else:
+            write_predictions(preds, results_dir)
+        if self.labelled:
+            super().finish_evaluation(results, results_dir)
+        else:
+            log.info("%s has no gold answers: predictions written to %s, nothing scored", self.sources["predict"][1],
+                     results_dir)
+
+    def export(self, model, export_dir):
+        from tasks.squad_serving import SquadServing
+
+        o = self.o
+        SquadServing(model, self.tokenizer, o["max_seq_length"], o["max_query_length"], o["doc_stride"],
+                     o["max_answer_length"], null_threshold=self.null_threshold,
+                     allow_last_paragraph_token=o["allow_last_paragraph_token"]).export(export_dir)
+        log.info("exported SavedModel to %s (signatures: serving_default(question, context), serve_ids)",
+                 export_dir)
 
 
 def main(_):
     F = FLAGS
     predict = F.do_predict or F.do_eval
-    if not (F.do_train or predict or F.export_dir):
-        raise ValueError("nothing to do: pass --do_train, --do_predict (--do_eval) and/or --export_dir")
+    plan = run_common.plan(F, do_eval=predict, results_dir=F.predict_dir or F.output_dir)
+    plan.do_predict = False  # SQuAD's predictions come with its evaluation (scored when the file has answers)
     L, Q = F.max_seq_length, F.max_query_length
     if Q < 1 or F.doc_stride < 1 or L < Q + 4:
         raise ValueError(f"need --max_query_length >= 1, --doc_stride >= 1 and --max_seq_length > "
@@ -95,8 +234,9 @@ def main(_):
         raise ValueError("--start_n_top and --end_n_top must be in [1, max_seq_length]")
     if F.n_best_size < 1 or F.max_answer_length < 1:
         raise ValueError("--n_best_size and --max_answer_length must be >= 1")
-    head_sizes = run_common.head_hidden_sizes(F)
-    ans_sizes = run_common.int_list(F, "answer_class_hidden_sizes")
+    head_options = dict(start_n_top=F.start_n_top, end_n_top=F.end_n_top, dropout=F.dropout,
+                        hidden_sizes=run_common.head_hidden_sizes(F),
+                        answer_class_hidden_sizes=run_common.int_list(F, "answer_class_hidden_sizes"))
     # read the inputs first: a bad file fails in a second, before TensorFlow is imported
     train_examples = read_file(F.train_file, "train_file")[0] if F.do_train else None
     predict_examples, predict_version = read_file(F.predict_file, "predict_file", False) if predict else (None, None)
@@ -108,12 +248,7 @@ def main(_):
         log.warning("%s has impossible questions: training the answer class on them (SQuAD 2.0)", F.train_file)
         v2 = True
 
-    from data import squad as squad_data
-    from heads.squad import SquadHead
-    from xlnet_tf import finetune
-
     paths = run_common.output_paths(F)
-    predict_dir = F.predict_dir or F.output_dir
     strategy = run_common.strategy(F)
     tokenizer = run_common.tokenizer(F)
     config = run_common.model_config(F)
@@ -121,117 +256,15 @@ def main(_):
                          train_sources=[F.train_file] if F.do_train else (),
                          data={"max_seq_length": L, "max_query_length": Q, "doc_stride": F.doc_stride, "v2": v2},
                          work_dirs=[paths["model_dir"], paths["cache_dir"]])
-
-    def make_head():
-        return SquadHead(config.d_model, start_n_top=F.start_n_top, end_n_top=F.end_n_top, dropout=F.dropout,
-                         hidden_sizes=head_sizes, answer_class_hidden_sizes=ans_sizes)
-
-    ft = finetune.FineTuner(config=config, head_fn=make_head, feature_spec=squad_data.squad_feature_spec(L),
-                            strategy=strategy, init_checkpoint=F.init_checkpoint, seed=F.seed)
-
-    def features(examples, source, split, is_training):
-        path = feature_path(paths["cache_dir"], source, split, F)
-        if F.overwrite_data:
-            for p in (path, path + ".json", squad_data.index_path(path)):
-                if os.path.exists(p):
-                    os.remove(p)
-        t0 = time.time()
-        index = squad_data.write_squad_features(examples, path, tokenizer, L, F.doc_stride, Q,
-                                                is_training=is_training, num_workers=F.num_workers,
-                                                progress=F.progress)
-        stats = index.stats
-        log.info("%s: %d questions -> %d windows in %s (%.1fs; %d with >1 window, %d truncated questions, "
-                 "%d answers not mappable to pieces)", split, len(examples), len(index.features), path,
-                 time.time() - t0, stats.get("multi_window", 0), stats.get("truncated_questions", 0),
-                 len(stats.get("unmappable", [])))
-        if not index.features:
-            raise ValueError(f"{source}: no {split} features")
-        return path, index
-
-    if F.do_train:
-        train_path, _ = features(train_examples, F.train_file, "train", True)
-        t0 = time.time()
-        result = ft.train(lambda bs, ctx: squad_data.squad_dataset(train_path, L, bs, is_training=True,
-                                                                   seed=F.seed, input_context=ctx),
-                          F.train_batch_size, run_common.train_config(F, paths["model_dir"]))
-        if result.history:
-            seconds = time.time() - t0
-            log.info("trained %d steps in %.1fs; loss %.4f -> %.4f", len(result.history), seconds,
-                     result.history[0][1], result.history[-1][1])
-
-    null_threshold = F.null_score_diff_threshold if v2 else None
-    if predict:
-        from tasks import squad_eval
-        from tasks.squad_postprocess import SquadPredictions, concat_results, postprocess, write_predictions
-        from xlnet_tf.training import predict as run_predict
-
-        pred_path, index = features(predict_examples, F.predict_file, "predict", False)
-        version = "2.0" if v2 else "1.1"
-        dataset = squad_eval.examples_to_dataset(predict_examples, version)
-        # An unlabelled predict file (a test set) gets predictions but no scores.
-        labelled = any(ex.answers or ex.is_impossible for ex in predict_examples)
-        kept = {}
-
-        def evaluate(model, step):
-            import tensorflow as tf
-
-            def output_fn(feats, outputs):
-                out = dict(model.head.predictions(outputs))
-                out["unique_id"] = feats["unique_id"]
-                out["loss"] = tf.cast(model.per_example_loss(feats, outputs), tf.float32)
-                return out
-
-            ds = squad_data.squad_dataset(pred_path, L, F.predict_batch_size or F.eval_batch_size,
-                                          is_training=False)
-            t0 = time.time()
-            out = run_predict(model, ds, strategy, output_fn=output_fn)
-            preds = postprocess(index, concat_results([out]), n_best_size=F.n_best_size,
-                                max_answer_length=F.max_answer_length,
-                                allow_last_paragraph_token=F.allow_last_paragraph_token)
-            if not labelled:
-                metrics = {}
-            elif v2:
-                metrics = squad_eval.evaluate(dataset, preds.predictions, preds.null_odds, version,
-                                              na_prob_thresh=null_threshold)
-                metrics.update(squad_eval.span_scores(dataset, preds.predictions))
-            else:
-                metrics = squad_eval.evaluate(dataset, preds.predictions, None, version)
-            metrics.update(step=int(step), loss=float(out["loss"].mean()), version=version,
-                           num_questions=len(predict_examples), num_features=len(index.features),
-                           predict_seconds=round(time.time() - t0, 2))
-            if v2:
-                metrics["null_score_diff_threshold"] = null_threshold
-            kept[int(step)] = preds
-            return metrics
-
-        results = ft.evaluate_checkpoints(paths["model_dir"], evaluate, all_checkpoints=F.eval_all_ckpt,
-                                          main_metric="best_f1" if v2 else "f1")
-        preds = kept[int(results["step"])]
-        if v2:
-            non_null = dict(preds.predictions)
-            final = SquadPredictions(
-                predictions={q: ("" if preds.null_odds[q] > null_threshold else t) for q, t in non_null.items()},
-                null_odds=preds.null_odds, nbest=preds.nbest)
-            write_predictions(final, predict_dir)
-            run_common.write_json(os.path.join(predict_dir, "non_null_predictions.json"), non_null)
-        else:
-            write_predictions(preds, predict_dir)
-        if labelled:
-            run_common.write_json(os.path.join(predict_dir, "eval_results.json"), results)
-            log.info("eval: %s", {k: v for k, v in results.items() if k != "all_checkpoints"})
-        else:
-            log.info("%s has no gold answers: predictions written to %s, nothing scored", F.predict_file,
-                     predict_dir)
-
-    if F.export_dir:
-        from tasks.squad_serving import SquadServing
-
-        model = ft.model_for_inference(paths["model_dir"])
-        SquadServing(model, tokenizer, L, Q, F.doc_stride, F.max_answer_length,
-                     null_threshold=null_threshold,
-                     allow_last_paragraph_token=F.allow_last_paragraph_token).export(F.export_dir)
-        log.info("exported SavedModel to %s (signatures: serving_default(question, context), serve_ids)",
-                 F.export_dir)
+    options = dict(max_seq_length=L, max_query_length=Q, doc_stride=F.doc_stride, n_best_size=F.n_best_size,
+                   max_answer_length=F.max_answer_length, allow_last_paragraph_token=F.allow_last_paragraph_token,
+                   null_score_diff_threshold=F.null_score_diff_threshold,
+                   predict_batch_size=F.predict_batch_size or F.eval_batch_size)
+    spec = SquadRun(tokenizer, config, paths["cache_dir"],
+                    (train_examples, F.train_file) if F.do_train else None,
+                    (predict_examples, F.predict_file) if predict else None, v2, options, head_options,
+                    num_workers=F.num_workers, progress=F.progress, overwrite_data=F.overwrite_data, seed=F.seed)
+    run_common.run_task(F, spec, plan, config, strategy)
 
 
 if __name__ == "__main__":

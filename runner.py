@@ -1,0 +1,103 @@
+"""One runner for every fine-tuning task: train, evaluate, predict, export (plain arguments; the run_*.py entry
+points turn flags into a ``Plan`` and a ``TaskSpec``).
+
+Order, the same for every task: every input the run needs is read (features built or taken from the cache)
+before the first training step, so a bad dev or test file fails at once; then training (resumable), evaluation
+of the last (or every kept) checkpoint with ``eval_results.json``, predictions, and the SavedModel export.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from typing import Dict, Optional, Sequence
+
+log = logging.getLogger("runner")
+
+
+@dataclasses.dataclass
+class Plan:
+    """What a run does and where. ``results_dir``: where ``eval_results.json`` goes (default ``output_dir``)."""
+    output_dir: str
+    model_dir: str
+    do_train: bool = False
+    do_eval: bool = False
+    do_predict: bool = False
+    export_dir: Optional[str] = None
+    eval_all_checkpoints: bool = False
+    train_batch_size: int = 32
+    results_dir: Optional[str] = None
+
+    def check(self) -> None:
+        if not (self.do_train or self.do_eval or self.do_predict or self.export_dir):
+            raise ValueError("nothing to do: pass --do_train, --do_eval, --do_predict and/or --export_dir")
+
+
+class TaskSpec:
+    """What the runner needs of a task. ``finetuner`` (an ``xlnet_tf.finetune.FineTuner``) is set by the
+    runner before any method below is called."""
+    name = "task"
+    main_metric = "accuracy"
+    finetuner = None
+
+    def head(self):
+        """A fresh head (``xlnet_tf.head.Head``)."""
+        raise NotImplementedError
+
+    def feature_spec(self) -> Dict:
+        raise NotImplementedError
+
+    def prepare(self, splits: Sequence[str]) -> None:
+        """Builds (or validates the cache of) the features of ``splits``: "train", "eval", "predict"."""
+
+    def train_dataset(self, batch_size: int, input_context):
+        raise NotImplementedError
+
+    def evaluate(self, model, step: int) -> Dict:
+        raise NotImplementedError
+
+    def finish_evaluation(self, results: Dict, results_dir: str) -> None:
+        """After the (best) checkpoint was scored: writes ``eval_results.json``."""
+        from xlnet_tf.fileutil import write_json
+
+        write_json(os.path.join(results_dir, "eval_results.json"), results)
+        log.info("eval: %s", {k: v for k, v in results.items() if k != "all_checkpoints"})
+
+    def predict(self, model, output_dir: str) -> str:
+        """Writes the predictions of the unlabelled split; returns their path."""
+        raise NotImplementedError
+
+    def export(self, model, export_dir: str) -> None:
+        raise NotImplementedError
+
+
+def run(task: TaskSpec, plan: Plan, config, train_config, strategy=None, init_checkpoint: Optional[str] = None,
+        seed: int = 42) -> None:
+    from xlnet_tf import finetune
+
+    plan.check()
+    ft = finetune.FineTuner(config=config, head_fn=task.head, feature_spec=task.feature_spec(), strategy=strategy,
+                            init_checkpoint=init_checkpoint, seed=seed)
+    task.finetuner = ft
+    splits = [s for s, wanted in (("train", plan.do_train), ("eval", plan.do_eval), ("predict", plan.do_predict))
+              if wanted]
+    task.prepare(splits)
+    if plan.do_train:
+        t0 = time.time()
+        result = ft.train(task.train_dataset, plan.train_batch_size, train_config)
+        if result.history:
+            seconds = time.time() - t0
+            log.info("trained %d steps in %.1fs (%.2f steps/s incl. compilation); loss %.4f -> %.4f",
+                     len(result.history), seconds, len(result.history) / seconds, result.history[0][1],
+                     result.history[-1][1])
+    if plan.do_eval:
+        results = ft.evaluate_checkpoints(plan.model_dir, task.evaluate, all_checkpoints=plan.eval_all_checkpoints,
+                                          main_metric=task.main_metric)
+        task.finish_evaluation(results, plan.results_dir or plan.output_dir)
+    if plan.do_predict:
+        path = task.predict(ft.model_for_inference(plan.model_dir), plan.output_dir)
+        log.info("predictions: %s", path)
+    if plan.export_dir:
+        task.export(ft.model_for_inference(plan.model_dir), plan.export_dir)
