@@ -140,6 +140,18 @@ def test_padding_three_segments_and_lm_logits(original_ckpt, attn_chunk):
     assert maxdiff(logits, ref_logits) <= TOL * max(1.0, np.abs(ref_logits).max() / 4)
 
 
+def test_hidden_states_of_every_layer(original_ckpt, attn_chunk):
+    """``output_hidden_states``: the embeddings and each block's output equal HF's hidden_states."""
+    rng = np.random.default_rng(4)
+    ids, seg, mask = left_padded_batch(rng)
+    ref_out, _, _ = hf_run(hf_model(original_ckpt), ids, token_type_ids=seg, attention_mask=mask)
+    out = ours(original_ckpt)(ids, segment_ids=seg, padding_mask=mask, output_hidden_states=True)
+    assert len(out["hidden_states"]) == len(ref_out.hidden_states) == L + 1
+    for i, (h, ref) in enumerate(zip(out["hidden_states"], ref_out.hidden_states)):
+        assert maxdiff(h, ref.numpy()) <= TOL, (i, maxdiff(h, ref.numpy()))
+    assert maxdiff(out["hidden_states"][-1], out["sequence_output"]) == 0
+
+
 @pytest.mark.parametrize("run", [
     dict(mem_len=6),
     dict(mem_len=6, reuse_len=4),

@@ -39,7 +39,9 @@ class XLNetModel(keras.Model):
     ``model(input_ids, segment_ids=None, padding_mask=None, mems=None, perm_mask=None, target_mapping=None,
     training=False)`` returns a dict with ``sequence_output`` [b, q, d] (content stream), ``query_output``
     [b, num_predict, d] when ``target_mapping`` is given, and ``new_mems`` (list of n_layer [b, mem_len, d])
-    when ``config.mem_len > 0``. Mask conventions: see ``xlnet_tf/masks.py``. The run option
+    when ``config.mem_len > 0``; with ``output_hidden_states=True`` also ``hidden_states``: the content stream
+    entering block 0 (the embeddings) and leaving each block, n_layer + 1 tensors [b, q, d] (before the output
+    dropout). Mask conventions: see ``xlnet_tf/masks.py``. The run option
     ``config.accelerate`` chooses the accelerations (``xlnet_tf.accel``).
     """
 
@@ -128,7 +130,8 @@ class XLNetModel(keras.Model):
 
     # ------------------------------------------------------------------ forward
     def call(self, input_ids, segment_ids=None, padding_mask=None, mems: Optional[Sequence] = None,
-             perm_mask=None, target_mapping=None, training=False) -> Dict[str, object]:
+             perm_mask=None, target_mapping=None, training=False,
+             output_hidden_states: bool = False) -> Dict[str, object]:
         c = self.config
         input_ids = tf.cast(input_ids, tf.int32)
         shape = tf.shape(input_ids)
@@ -160,6 +163,7 @@ class XLNetModel(keras.Model):
             g = self.ops.dropout(g, c.dropout, seed, 2)
 
         new_mems: List[tf.Tensor] = []
+        hidden = [h]
         for i, block in enumerate(self.blocks):
             mem = mems[i] if mems is not None else None
             if c.mem_len > 0:
@@ -167,8 +171,11 @@ class XLNetModel(keras.Model):
             block_seed = None if seed is None else tf.random.experimental.stateless_fold_in(seed, 100 + i)
             h, g = self._run_block(block, h, g, mem, pos_emb, ef_diff, content_blocked, query_blocked,
                                    target_mapping, block_seed, training)
+            hidden.append(h)
 
         out = {"sequence_output": self.ops.dropout(h, c.dropout, seed, 4)}
+        if output_hidden_states:
+            out["hidden_states"] = hidden
         if g is not None:
             out["query_output"] = self.ops.dropout(g, c.dropout, seed, 5)
         if c.mem_len > 0:

@@ -35,7 +35,8 @@ class TaskModel(WrapsBackbone, keras.Model):
         if ids.shape.rank == 3:  # [batch, choices, seq] -> [batch*choices, seq]
             flat = lambda t: None if t is None else tf.reshape(t, [-1, tf.shape(t)[-1]])  # noqa: E731
             ids, seg, mask = flat(ids), flat(seg), flat(mask)
-        out = self.backbone(ids, segment_ids=seg, padding_mask=mask, training=training)
+        out = self.backbone(ids, segment_ids=seg, padding_mask=mask, training=training,
+                            output_hidden_states=bool(getattr(self.head, "reads_hidden_states", False)))
         return self.head(out, features, training=training)
 
     def per_example_loss(self, features, outputs) -> tf.Tensor:

@@ -1,0 +1,45 @@
+"""A head without weights that returns hidden states: per-token vectors of chosen layers and a pooled vector each
+(feature extraction, ``extract_features.py``)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import tensorflow as tf
+
+from xlnet_tf.head import Head
+
+POOLINGS = ("mean", "last")
+
+
+class FeatureHead(Head):
+    """``layers``: indices into the backbone's n_layer + 1 hidden states (0 = the embeddings, -1 = the last
+    block, Python-style). Outputs: ``tokens`` [b, s, len(layers), d] (padding positions zeroed) and ``pooled``
+    [b, len(layers), d]: the mean over real tokens, or the last token (the CLS of XLNet's layout)."""
+    reads_hidden_states = True
+
+    def __init__(self, n_layer: int, layers: Sequence[int] = (-1,), pooling: str = "mean", **kwargs):
+        super().__init__(name="features", **kwargs)
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling: expected one of {POOLINGS}, got {pooling!r}")
+        n = n_layer + 1
+        bad = [i for i in layers if not -n <= int(i) < n]
+        if bad or not layers:
+            raise ValueError(f"layers: expected indices in [{-n}, {n - 1}] (0 = embeddings, -1 = last block), "
+                             f"got {list(layers)}")
+        self.layers = [int(i) % n for i in layers]
+        self.pooling = pooling
+
+    def call(self, backbone_outputs, features, training=False):
+        hidden = backbone_outputs["hidden_states"]
+        tokens = tf.stack([tf.cast(hidden[i], tf.float32) for i in self.layers], axis=2)  # [b, s, k, d]
+        mask = tf.cast(features.get("padding_mask", tf.ones(tf.shape(tokens)[:2])), tf.float32)[:, :, None, None]
+        tokens = tokens * mask
+        if self.pooling == "last":
+            pooled = tokens[:, -1]
+        else:
+            pooled = tf.reduce_sum(tokens, axis=1) / tf.maximum(tf.reduce_sum(mask, axis=1), 1.0)
+        return {"tokens": tokens, "pooled": pooled, "padding_mask": tf.cast(mask[:, :, 0, 0], tf.int32)}
+
+    def loss(self, features, outputs):
+        raise ValueError("FeatureHead extracts features; it has no loss to train")

@@ -1,0 +1,91 @@
+"""extract_features.py: raw text in, per-token and pooled vectors of chosen layers out (.npz and .tfrecord), equal
+to the backbone's hidden states on the same ids; runs through the one runner."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.conftest import REPO, shared_path
+
+SPM = shared_path("spiece", "spiece.model")
+TINY = dict(n_layer=3, d_model=32, n_head=2, d_head=16, d_inner=64, ff_activation="gelu", untie_r=True,
+            n_token=32000)
+TEXTS = ["A gripping, beautifully shot film.", "It is long ||| and it is dull, very dull indeed.",
+         "Ünïcode and numbers 1,234 too."]
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    if not os.path.exists(SPM):
+        pytest.skip(f"needs {SPM}")
+    from xlnet_tf import XLNetConfig, XLNetModel
+
+    d = tmp_path_factory.mktemp("pretrained")
+    XLNetModel(XLNetConfig(**TINY), seed=1).save_pretrained(str(d))
+    (d / "texts.txt").write_text("\n".join(TEXTS) + "\n\n", encoding="utf-8")
+    return d
+
+
+def extract(d, out, *extra):
+    r = subprocess.run([sys.executable, "extract_features.py", f"--input_file={d / 'texts.txt'}",
+                        f"--output_file={out}", f"--spiece_model_file={SPM}", f"--init_checkpoint={d}",
+                        f"--output_dir={d / 'run'}", "--max_seq_length=24", "--predict_batch_size=2", *extra],
+                       cwd=REPO, capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_vectors_equal_the_backbone_hidden_states(pretrained, tmp_path):
+    from data.classification import encode_texts
+    from xlnet_tf import XLNetModel
+    from xlnet_tf.tokenizer import XLNetTokenizer
+
+    extract(pretrained, tmp_path / "f.npz", "--layers=-1,0,1", "--pooling=mean")
+    got = np.load(tmp_path / "f.npz")
+    assert got["pooled"].shape == (3, 3, 32) and got["tokens"].shape == (3, 24, 3, 32)
+    assert list(got["layers"]) == [3, 0, 1]
+    feats = encode_texts(XLNetTokenizer(SPM), [t.split(" ||| ")[0] for t in TEXTS],
+                         [t.split(" ||| ")[1] if " ||| " in t else "" for t in TEXTS], 24)
+    np.testing.assert_array_equal(got["input_ids"], feats["input_ids"])
+    assert (feats["segment_ids"][1] == 1).any()  # the pair has its B segment
+    model = XLNetModel.from_pretrained(str(pretrained), dropout=0.0, dropatt=0.0)
+    hidden = model(feats["input_ids"], segment_ids=feats["segment_ids"], padding_mask=feats["padding_mask"],
+                   output_hidden_states=True)["hidden_states"]
+    mask = feats["padding_mask"].astype(bool)
+    for k, layer in enumerate([3, 0, 1]):
+        h = hidden[layer].numpy()
+        np.testing.assert_allclose(got["tokens"][:, :, k][mask], h[mask], atol=1e-5)
+        assert not got["tokens"][:, :, k][~mask].any()
+        mean = np.stack([h[i][mask[i]].mean(0) for i in range(3)])
+        np.testing.assert_allclose(got["pooled"][:, k], mean, atol=1e-5)
+    assert np.abs(got["pooled"][0, 0] - got["pooled"][1, 0]).max() > 1e-3  # different texts, different vectors
+
+
+def test_tfrecord_and_last_token_pooling(pretrained, tmp_path):
+    extract(pretrained, tmp_path / "a.npz", "--layers=-1", "--pooling=last")
+    extract(pretrained, tmp_path / "a.tfrecord", "--layers=-1", "--pooling=last")
+    ref = np.load(tmp_path / "a.npz")
+    np.testing.assert_allclose(ref["pooled"][:, 0], ref["tokens"][:, -1, 0])  # the CLS ends every row
+    records = list(tf.data.TFRecordDataset(str(tmp_path / "a.tfrecord")))
+    assert len(records) == 3
+    for i, raw in enumerate(records):
+        ex = tf.train.Example.FromString(raw.numpy()).features.feature
+        real = ref["padding_mask"][i].astype(bool)
+        assert list(ex["input_ids"].int64_list.value) == list(ref["input_ids"][i][real])
+        np.testing.assert_allclose(np.reshape(ex["tokens"].float_list.value, (-1, 32)), ref["tokens"][i][real][:, 0],
+                                   rtol=1e-6)
+        np.testing.assert_allclose(ex["pooled"].float_list.value, ref["pooled"][i, 0], rtol=1e-6)
+
+
+def test_bad_input_is_one_line(pretrained, tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_text("fine\nleft ||| \n", encoding="utf-8")
+    r = subprocess.run([sys.executable, "extract_features.py", f"--input_file={bad}", f"--output_file={tmp_path}/x.npz",
+                        f"--spiece_model_file={SPM}", f"--init_checkpoint={pretrained}", f"--output_dir={tmp_path}/o"],
+                       cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and f"{bad}:2: expected 'text' or 'text A ||| text B'" in r.stderr
+    assert not (tmp_path / "x.npz").exists()
