@@ -21,7 +21,7 @@ import os
 from absl import app, flags
 
 import run_common
-import runner
+from tasks import runner
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("input_file", None, "Texts, one per line (A ||| B for a pair).")
@@ -64,7 +64,7 @@ class FeatureRun(runner.TaskSpec):
         return FeatureHead(self.config.n_layer, self.layers, self.pooling)
 
     def feature_spec(self):
-        from data import classification as cls_data
+        from tasks.classification import features as cls_data
 
         return cls_data.feature_spec(self.L)
 
@@ -72,7 +72,7 @@ class FeatureRun(runner.TaskSpec):
         import numpy as np
         import tensorflow as tf
 
-        from data import classification as cls_data
+        from tasks.classification import features as cls_data
         from xlnet_tf.training import predict
 
         feats = cls_data.encode_texts(self.tokenizer, [a for a, _ in self.texts],

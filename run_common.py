@@ -191,7 +191,7 @@ def start_run(F, run_dir: str, script: str, task: str, config, tokenizer, traini
 
 def plan(F, do_eval: Optional[bool] = None, results_dir: Optional[str] = None):
     """The runner's ``Plan`` from the flags, checked (something to do) before any work."""
-    import runner
+    from tasks import runner
 
     plan_ = runner.Plan(output_dir=F.output_dir, model_dir=F.model_dir or os.path.join(F.output_dir, "model"),
                         do_train=F.do_train, do_eval=F.do_eval if do_eval is None else do_eval,
@@ -203,7 +203,7 @@ def plan(F, do_eval: Optional[bool] = None, results_dir: Optional[str] = None):
 
 def run_task(F, task, plan_, config, strategy_) -> None:
     """Runs ``task`` (a ``runner.TaskSpec``) by the flags' ``plan_`` with the one runner."""
-    import runner
+    from tasks import runner
 
     runner.run(task, plan_, config, train_config(F, plan_.model_dir), strategy_, F.init_checkpoint, F.seed)
 

@@ -7,7 +7,7 @@
 ``--data_dir``: the ``RACE`` folder (``{train,dev,test}/{middle,high}/N.txt``), its parent, or ``RACE.tar.gz``
 itself (streamed, never extracted). ``--high_only`` / ``--middle_only`` keep one level (train and eval).
 
-Each option of a question is one sequence ``article <sep> qa <sep> <cls>`` (see data/race.py); a batch of
+Each option of a question is one sequence ``article <sep> qa <sep> <cls>`` (see tasks/race/features.py); a batch of
 ``train_batch_size`` questions runs ``4 * train_batch_size`` sequences through the backbone.
 
 Outputs in OUTPUT_DIR:
@@ -27,16 +27,11 @@ represented in proportion). ``--eval_subset`` also applies to --do_predict. Defa
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import os
-import random
-import time
 
 from absl import app, flags
 
 import run_common
-import runner
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("data_dir", None, "RACE folder (or its parent) or RACE.tar.gz.")
@@ -52,168 +47,11 @@ run_common.define_common_flags(default_seq_len=512, default_lr=2e-5)
 log = logging.getLogger("run_race")
 
 
-# ---------------------------------------------------------------------------------------------- data
-def subset_documents(docs, n, seed: int = 0):
-    """A fixed random choice of whole documents holding exactly ``n`` questions (the last one cut), in the
-    original order. ``n`` None or >= the total: all documents."""
-    if n is None or n >= sum(len(d.examples) for d in docs):
-        return list(docs)
-    if n < 1:
-        raise ValueError(f"subset size must be >= 1, got {n}")
-    order = list(range(len(docs)))
-    random.Random(seed).shuffle(order)
-    keep, total = {}, 0
-    for i in order:
-        if total >= n:
-            break
-        k = min(len(docs[i].examples), n - total)
-        keep[i], total = k, total + k
-    return [dataclasses.replace(docs[i], examples=docs[i].examples[:keep[i]]) for i in sorted(keep)]
-
-
-def race_train_sources(data_dir: str, levels):
-    """What the training split is read from: the archive, or the train/<level> folders."""
-    if os.path.isfile(data_dir):
-        return [data_dir]
-    return [p for p in (os.path.join(data_dir, "train", lv) for lv in levels) if os.path.exists(p)] or [data_dir]
-
-
-class RaceRun(runner.TaskSpec):
-    """RACE for the runner (plain arguments). ``subsets``: {split: N questions or None}."""
-    name, main_metric = "race", "accuracy"
-
-    def __init__(self, data_dir, tokenizer, config, max_seq_length, max_qa_length, cache_dir, high_only,
-                 middle_only, eval_split, subsets, eval_batch_size, predict_batch_size, head_options, seed=42,
-                 num_workers=None, progress=True, overwrite_data=False):
-        self.data_dir, self.tokenizer, self.config = data_dir, tokenizer, config
-        self.L, self.QA, self.cache_dir = max_seq_length, max_qa_length, cache_dir
-        self.high_only, self.middle_only, self.eval_split, self.subsets = high_only, middle_only, eval_split, subsets
-        self.eval_batch_size, self.predict_batch_size = eval_batch_size, predict_batch_size or eval_batch_size
-        self.head_options, self.seed, self.num_workers = head_options, seed, num_workers
-        self.progress, self.overwrite_data = progress, overwrite_data
-        self._features = {}
-
-    def features(self, split):
-        """(TFRecord path, question count) of ``split`` ("train", "dev", "test"), built once per run."""
-        if split not in self._features:
-            self._features[split] = self._write_features(split, self.subsets.get(split))
-        return self._features[split]
-
-    def _write_features(self, split, subset):
-        from data import race as race_data
-        from data import tfrecord_io
-        from tasks import race as race_task
-
-        L, QA = self.L, self.QA
-        levels = "-".join(race_task.select_levels(self.high_only, self.middle_only))
-        sub = f"-sub{subset}" if subset else ""
-        path = os.path.join(self.cache_dir, f"race-{split}-{levels}-{L}-{QA}{sub}.tfrecord")
-        if self.overwrite_data:
-            for p in (path, tfrecord_io.manifest_path(path)):
-                if os.path.exists(p):
-                    os.remove(p)
-        t0 = time.time()
-        if not subset:
-            n = race_data.write_race_features(self.data_dir, split, path, self.tokenizer, L, QA,
-                                              high_only=self.high_only, middle_only=self.middle_only,
-                                              num_workers=self.num_workers, progress=self.progress)
-        else:
-            meta = race_data.features_meta(self.data_dir, split, self.tokenizer, L, QA, self.high_only,
-                                           self.middle_only)
-            meta["subset"] = {"n": int(subset), "seed": 0}
-
-            def build():
-                return race_data.iter_features(self.documents(split), self.tokenizer, L, QA, self.num_workers)
-
-            n = tfrecord_io.cached_tfrecords(path, build, race_data.race_feature_spec(L), meta=meta, total=subset,
-                                             desc=f"RACE {split}", progress=self.progress)
-        log.info("%s: %d questions in %s (%.1fs)", split, n, path, time.time() - t0)
-        return path, n
-
-    def documents(self, split):
-        from tasks import race as race_task
-
-        docs = race_task.read_race_documents(self.data_dir, split, self.high_only, self.middle_only)
-        return subset_documents(docs, self.subsets.get(split))
-
-    def head(self):
-        from heads.multiple_choice import MultipleChoiceHead
-
-        c = self.config
-        return MultipleChoiceHead(c.d_model, n_head=c.n_head, d_head=c.d_head, **self.head_options)
-
-    def feature_spec(self):
-        from data import race as race_data
-
-        return race_data.race_feature_spec(self.L)
-
-    def prepare(self, splits):
-        for split in splits:
-            self.features({"eval": self.eval_split, "predict": "test"}.get(split, split))
-
-    def train_dataset(self, batch_size, input_context):
-        from data import race as race_data
-
-        return race_data.race_dataset(self.features("train")[0], self.L, batch_size, is_training=True,
-                                      seed=self.seed, input_context=input_context)
-
-    def _predict(self, model, split, batch_size):
-        from data import race as race_data
-        from xlnet_tf import finetune
-
-        ds = race_data.race_dataset(self.features(split)[0], self.L, batch_size, is_training=False)
-        return finetune.predict_with_labels(model, ds, self.finetuner.strategy), ds
-
-    def evaluate(self, model, step):
-        import numpy as np
-
-        from tasks import race as race_task
-
-        out, ds = self._predict(model, self.eval_split, self.eval_batch_size)
-        levels = np.concatenate([b.numpy() for b in ds.map(lambda f: f["level"])])
-        keep = out["label"] >= 0
-        if not keep.any():
-            raise ValueError(f"RACE {self.eval_split}: no labelled questions to score (use --do_predict)")
-        labels, choices, levels = out["label"][keep], out["choice"][keep], levels[keep]
-        metrics = race_task.race_accuracy(labels, choices, levels)
-        metrics.update(loss=float(out["loss"][keep].mean()), step=int(step), split=self.eval_split,
-                       num_examples=int(keep.sum()), num_middle=int((levels == 0).sum()),
-                       num_high=int((levels == 1).sum()))
-        return metrics
-
-    def predict(self, model, output_dir):
-        import numpy as np
-
-        from tasks import race as race_task
-        from xlnet_tf.fileutil import atomic_write
-
-        _, n = self.features("test")
-        examples = [ex for d in self.documents("test") for ex in d.examples]
-        if len(examples) != n:
-            raise ValueError(f"cached test features hold {n} questions, the source {len(examples)}: "
-                             f"rerun with --overwrite_data")
-        out, _ = self._predict(model, "test", self.predict_batch_size)
-        os.makedirs(os.path.join(output_dir, "predict"), exist_ok=True)
-        path = os.path.join(output_dir, "predict", "race-test.tsv")
-        with atomic_write(path) as f:
-            f.write("id\tanswer\tp_A\tp_B\tp_C\tp_D\n")
-            for ex, c, p in zip(examples, out["choice"], out["probabilities"]):
-                f.write(f"{ex.example_id}\t{race_task.ANSWER_LETTERS[int(c)]}\t"
-                        + "\t".join(f"{x:.6f}" for x in np.asarray(p, np.float64)) + "\n")
-        return path
-
-    def export(self, model, export_dir):
-        from tasks.race_serving import RaceServing
-
-        RaceServing(model, self.tokenizer, self.L, self.QA).export(export_dir)
-        log.info("exported SavedModel to %s (signatures: serving_default(article, question, options[4]), "
-                 "serve_ids)", export_dir)
-
-
 # ---------------------------------------------------------------------------------------------- main
 def main(_):
     F = FLAGS
-    from tasks import race as race_task
+    from tasks.race import reader as race_task
+    from tasks.race.run import RaceRun, race_train_sources
 
     plan = run_common.plan(F)
     if not F.data_dir and (F.do_train or F.do_eval or F.do_predict):

@@ -25,7 +25,7 @@ OUTPUT_DIR):
 Also ``model/train_history.json`` ([[step, loss], ...], --do_train) and cached features in ``data/``.
 
 ``--export_dir``: a SavedModel answering raw ``question`` + ``context`` strings (any length: sliding windows
-in-graph), see ``tasks/squad_serving.py``; ``has_answer`` uses ``--null_score_diff_threshold`` (v2.0).
+in-graph), see ``tasks/squad/serving.py``; ``has_answer`` uses ``--null_score_diff_threshold`` (v2.0).
 
 Bad input files exit with code 2 and a one-line message naming the file and the json path of the bad field.
 """
@@ -33,13 +33,10 @@ Bad input files exit with code 2 and a one-line message naming the file and the 
 from __future__ import annotations
 
 import logging
-import os
-import time
 
 from absl import app, flags
 
 import run_common
-import runner
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("train_file", None, "SQuAD json for training.")
@@ -67,7 +64,7 @@ log = logging.getLogger("run_squad")
 
 def read_file(path, name, require_answers=True):
     """(examples, version) of a SQuAD json; pure Python (bad files fail before TensorFlow is imported)."""
-    from tasks import squad as squad_task
+    from tasks.squad import reader as squad_task
 
     if not path:
         raise ValueError(f"--{name} is required")
@@ -75,150 +72,6 @@ def read_file(path, name, require_answers=True):
     if not examples:
         raise ValueError(f"{path}: no questions")
     return examples, version
-
-
-class SquadRun(runner.TaskSpec):
-    """SQuAD v1.1 / v2.0 for the runner (plain arguments). Evaluation predicts the predict file (scoring it when
-    it has answers) and writes the best checkpoint's predictions; ``options``: see ``main``."""
-    name = "squad"
-
-    def __init__(self, tokenizer, config, cache_dir, train, predict, v2, options, head_options,
-                 num_workers=None, progress=True, overwrite_data=False, seed=42):
-        self.tokenizer, self.config, self.cache_dir = tokenizer, config, cache_dir
-        self.sources = {"train": train, "predict": predict}  # split -> (examples, file) or None
-        self.v2, self.o, self.head_options, self.seed = v2, options, head_options, seed
-        self.num_workers, self.progress, self.overwrite_data = num_workers, progress, overwrite_data
-        self.main_metric = "best_f1" if v2 else "f1"
-        self.null_threshold = options["null_score_diff_threshold"] if v2 else None
-        self._features, self._kept = {}, {}
-
-    def features(self, split):
-        """(TFRecord path, feature index) of "train" or "predict", built once per run."""
-        from data import squad as squad_data
-
-        if split in self._features:
-            return self._features[split]
-        examples, source = self.sources[split]
-        o = self.o
-        base = os.path.splitext(os.path.basename(source))[0]
-        path = os.path.join(self.cache_dir, f"{base}-{split}-L{o['max_seq_length']}-q{o['max_query_length']}-"
-                                            f"s{o['doc_stride']}.tfrecord")
-        if self.overwrite_data:
-            for p in (path, path + ".json", squad_data.index_path(path)):
-                if os.path.exists(p):
-                    os.remove(p)
-        t0 = time.time()
-        index = squad_data.write_squad_features(examples, path, self.tokenizer, o["max_seq_length"], o["doc_stride"],
-                                                o["max_query_length"], is_training=split == "train",
-                                                num_workers=self.num_workers, progress=self.progress)
-        stats = index.stats
-        log.info("%s: %d questions -> %d windows in %s (%.1fs; %d with >1 window, %d truncated questions, "
-                 "%d answers not mappable to pieces)", split, len(examples), len(index.features), path,
-                 time.time() - t0, stats.get("multi_window", 0), stats.get("truncated_questions", 0),
-                 len(stats.get("unmappable", [])))
-        if not index.features:
-            raise ValueError(f"{source}: no {split} features")
-        self._features[split] = path, index
-        return self._features[split]
-
-    def head(self):
-        from heads.squad import SquadHead
-
-        return SquadHead(self.config.d_model, **self.head_options)
-
-    def feature_spec(self):
-        from data import squad as squad_data
-
-        return squad_data.squad_feature_spec(self.o["max_seq_length"])
-
-    def prepare(self, splits):
-        for split in splits:
-            self.features("train" if split == "train" else "predict")
-
-    def train_dataset(self, batch_size, input_context):
-        from data import squad as squad_data
-
-        return squad_data.squad_dataset(self.features("train")[0], self.o["max_seq_length"], batch_size,
-                                        is_training=True, seed=self.seed, input_context=input_context)
-
-    @property
-    def labelled(self):
-        """An unlabelled predict file (a test set) gets predictions but no scores."""
-        return any(ex.answers or ex.is_impossible for ex in self.sources["predict"][0])
-
-    def evaluate(self, model, step):
-        import tensorflow as tf
-
-        from data import squad as squad_data
-        from tasks import squad_eval
-        from tasks.squad_postprocess import concat_results, postprocess
-        from xlnet_tf.training import predict as run_predict
-
-        o = self.o
-        path, index = self.features("predict")
-        examples = self.sources["predict"][0]
-        version = "2.0" if self.v2 else "1.1"
-
-        def output_fn(feats, outputs):
-            out = dict(model.head.predictions(outputs))
-            out["unique_id"] = feats["unique_id"]
-            out["loss"] = tf.cast(model.per_example_loss(feats, outputs), tf.float32)
-            return out
-
-        ds = squad_data.squad_dataset(path, o["max_seq_length"], o["predict_batch_size"], is_training=False)
-        t0 = time.time()
-        out = run_predict(model, ds, self.finetuner.strategy, output_fn=output_fn)
-        preds = postprocess(index, concat_results([out]), n_best_size=o["n_best_size"],
-                            max_answer_length=o["max_answer_length"],
-                            allow_last_paragraph_token=o["allow_last_paragraph_token"])
-        dataset = squad_eval.examples_to_dataset(examples, version)
-        if not self.labelled:
-            metrics = {}
-        elif self.v2:
-            metrics = squad_eval.evaluate(dataset, preds.predictions, preds.null_odds, version,
-                                          na_prob_thresh=self.null_threshold)
-            metrics.update(squad_eval.span_scores(dataset, preds.predictions))
-        else:
-            metrics = squad_eval.evaluate(dataset, preds.predictions, None, version)
-        metrics.update(step=int(step), loss=float(out["loss"].mean()), version=version,
-                       num_questions=len(examples), num_features=len(index.features),
-                       predict_seconds=round(time.time() - t0, 2))
-        if self.v2:
-            metrics["null_score_diff_threshold"] = self.null_threshold
-        self._kept[int(step)] = preds
-        return metrics
-
-    def finish_evaluation(self, results, results_dir):
-        """Writes the scored checkpoint's predictions (v2: "" where the null odds exceed the threshold, and the
-        non-null answers beside), and ``eval_results.json`` when the predict file has answers."""
-        from tasks.squad_postprocess import SquadPredictions, write_predictions
-        from xlnet_tf.fileutil import write_json
-
-        preds = self._kept[int(results["step"])]
-        if self.v2:
-            non_null = dict(preds.predictions)
-            final = SquadPredictions(
-                predictions={q: ("" if preds.null_odds[q] > self.null_threshold else t) for q, t in non_null.items()},
-                null_odds=preds.null_odds, nbest=preds.nbest)
-            write_predictions(final, results_dir)
-            write_json(os.path.join(results_dir, "non_null_predictions.json"), non_null)
-        else:
-            write_predictions(preds, results_dir)
-        if self.labelled:
-            super().finish_evaluation(results, results_dir)
-        else:
-            log.info("%s has no gold answers: predictions written to %s, nothing scored", self.sources["predict"][1],
-                     results_dir)
-
-    def export(self, model, export_dir):
-        from tasks.squad_serving import SquadServing
-
-        o = self.o
-        SquadServing(model, self.tokenizer, o["max_seq_length"], o["max_query_length"], o["doc_stride"],
-                     o["max_answer_length"], null_threshold=self.null_threshold,
-                     allow_last_paragraph_token=o["allow_last_paragraph_token"]).export(export_dir)
-        log.info("exported SavedModel to %s (signatures: serving_default(question, context), serve_ids)",
-                 export_dir)
 
 
 def main(_):
@@ -260,6 +113,8 @@ def main(_):
                    max_answer_length=F.max_answer_length, allow_last_paragraph_token=F.allow_last_paragraph_token,
                    null_score_diff_threshold=F.null_score_diff_threshold,
                    predict_batch_size=F.predict_batch_size or F.eval_batch_size)
+    from tasks.squad.run import SquadRun
+
     spec = SquadRun(tokenizer, config, paths["cache_dir"],
                     (train_examples, F.train_file) if F.do_train else None,
                     (predict_examples, F.predict_file) if predict else None, v2, options, head_options,

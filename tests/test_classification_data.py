@@ -8,13 +8,13 @@ import subprocess
 import numpy as np
 import pytest
 
-from data.classification import (build_features, encode_many, encode_texts, iter_features, make_dataset,
+from tasks.classification.features import (build_features, encode_many, encode_texts, iter_features, make_dataset,
                                  task_features, truncate_pair, write_features)
-from tasks.classification import Example
-from tasks.registry import get_task, task_names
+from tasks.classification.reader import Example
+from tasks.classification.registry import get_task, task_names
 from tasks.errors import DataError
-from tasks.glue import write_glue_predictions
-from tasks.text_classification import GenericTask
+from tasks.classification.glue import write_glue_predictions
+from tasks.classification.text import GenericTask
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.environ.get("SHARED_DATA") or os.path.join(REPO, "..", "shared", "data")

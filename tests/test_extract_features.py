@@ -40,7 +40,7 @@ def extract(d, out, *extra):
 
 
 def test_vectors_equal_the_backbone_hidden_states(pretrained, tmp_path):
-    from data.classification import encode_texts
+    from tasks.classification.features import encode_texts
     from xlnet_tf import XLNetModel
     from xlnet_tf.tokenizer import XLNetTokenizer
 

@@ -7,8 +7,8 @@ import tarfile
 import numpy as np
 import pytest
 
-from data import race as race_data
-from tasks import race as race_task
+from tasks.race import features as race_data
+from tasks.race import reader as race_task
 from tasks.errors import DataError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

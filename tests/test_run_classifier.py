@@ -83,7 +83,7 @@ def test_export_fresh_process_matches_in_process_model(sst2_run, config_file, tm
 
     import tensorflow as tf
 
-    from data.classification import encode_texts
+    from tasks.classification.features import encode_texts
     from heads.classification import ClassificationHead
     from xlnet_tf import XLNetConfig, XLNetTokenizer
     from xlnet_tf.finetune import FineTuner

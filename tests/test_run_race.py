@@ -1,7 +1,7 @@
 """run_race.py end to end on a small subset of the real RACE archive, and the in-graph RACE layout of the export.
 
 One CLI run (tiny random-init model, 32 training questions memorised in 60 steps, 96 dev questions scored,
-SavedModel exported) feeds the checks; the in-graph features are compared with data/race.py on real dev questions.
+SavedModel exported) feeds the checks; the in-graph features are compared with tasks/race/features.py on real dev questions.
 """
 
 import json
@@ -37,7 +37,7 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def dev_examples():
-    from tasks import race as race_task
+    from tasks.race import reader as race_task
 
     docs = race_task.read_race_documents(_race_tar(), "dev")
     # a spread over the split: every 25th file, both levels
@@ -80,7 +80,7 @@ def test_eval_results_and_loss_falls(race_run):
 
 
 def _python_features(tokenizer, examples, max_seq_length, max_qa_length):
-    from data import race as race_data
+    from tasks.race import features as race_data
 
     feats = [race_data.encode_race(tokenizer, ex.article, ex.question, ex.options, max_seq_length, max_qa_length)
              for ex in examples]
@@ -90,7 +90,7 @@ def _python_features(tokenizer, examples, max_seq_length, max_qa_length):
 def test_export_fresh_process_matches_in_process_model(race_run, tokenizer, dev_examples, tmp_path):
     import tensorflow as tf
 
-    from data import race as race_data
+    from tasks.race import features as race_data
     from heads.multiple_choice import MultipleChoiceHead
     from xlnet_tf import XLNetConfig
     from xlnet_tf.finetune import FineTuner
@@ -138,8 +138,8 @@ def test_export_fresh_process_matches_in_process_model(race_run, tokenizer, dev_
 def test_fill_blanks_is_python_replace():
     import tensorflow as tf
 
-    from data.race import qa_text
-    from tasks.race_serving import fill_blanks
+    from tasks.race.features import qa_text
+    from tasks.race.serving import fill_blanks
 
     qs = ["Tom has a _ .", "No blank here?", "_ starts", "ends _", "a__b_", "", "_", "x \\1 _ y", "h\u00e9 _ w _"]
     opts = ["cat", "opt", "O", "E\\0", "Z", "empty", "", "$1 \\g<0>", "\u00fc\u6f22"]
@@ -151,9 +151,9 @@ def test_fill_blanks_is_python_replace():
 def test_in_graph_features_equal_python(tokenizer, dev_examples, max_seq_length, max_qa_length):
     import tensorflow as tf
 
-    from data.race import qa_text
-    from tasks.race import RaceExample
-    from tasks.race_serving import RaceServing
+    from tasks.race.features import qa_text
+    from tasks.race.reader import RaceExample
+    from tasks.race.serving import RaceServing
 
     def pick(level, blank, n):
         return [ex for ex in dev_examples if ex.level == level and ("_" in ex.question) == blank][:n]

@@ -12,9 +12,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from data import squad as sd
-from tasks import squad as st
-from tasks import squad_eval, squad_postprocess
+from tasks.squad import features as sd
+from tasks.squad import reader as st
+from tasks.squad import metrics as squad_eval
+from tasks.squad import postprocess as squad_postprocess
 from tasks.errors import DataError
 from tests.conftest import shared_path
 
@@ -324,7 +325,7 @@ def test_unlabelled_questions_are_accepted_only_when_asked():
     import pytest
 
     from tasks.errors import DataError
-    from tasks.squad import parse_squad
+    from tasks.squad.reader import parse_squad
 
     obj = {"version": "1.1", "data": [{"title": "t", "paragraphs": [
         {"context": "Alpha beta gamma.", "qas": [{"id": "q1", "question": "What?", "answers": []}]}]}]}

@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from data.squad import FeatureInfo, SquadFeatureIndex
-from tasks import squad_eval as ev
-from tasks import squad_postprocess as pp
-from tasks.squad import SquadExample
+from tasks.squad.features import FeatureInfo, SquadFeatureIndex
+from tasks.squad import metrics as ev
+from tasks.squad import postprocess as pp
+from tasks.squad.reader import SquadExample
 
 
 # ------------------------------------------------------------------------------------------- normalisation

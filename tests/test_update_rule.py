@@ -125,7 +125,7 @@ def training_batches(out):
     import keras
     import tensorflow as tf
 
-    from data import classification as cls_data
+    from tasks.classification import features as cls_data
 
     (path,) = glob.glob(os.path.join(out, "data", "*train*.tfrecord"))
     keras.utils.set_random_seed(SEED)  # as the Trainer: the shuffle's seed pairs with the global seed

@@ -66,7 +66,7 @@ def constant_rows(batch, value, dtype=tf.int32) -> tf.RaggedTensor:
 
 def classification_features(ids_a: tf.RaggedTensor, ids_b: Optional[tf.RaggedTensor], max_seq_length: int,
                             sep_id: int, cls_id: int) -> Dict[str, tf.Tensor]:
-    """The classifier layout of data/classification.py, in-graph, for a batch of tokenised texts."""
+    """The classifier layout of tasks/classification/features.py, in-graph, for a batch of tokenised texts."""
     ids_a = tf.cast(ids_a, tf.int32)
     batch = ids_a.nrows(out_type=tf.int32)
     sep = constant_rows(batch, sep_id)
@@ -86,7 +86,7 @@ def classification_features(ids_a: tf.RaggedTensor, ids_b: Optional[tf.RaggedTen
     la, lb = truncate_lengths(ids_a.row_lengths(), ids_b.row_lengths(), max_seq_length - 3)
     a, b = keep_first(ids_a, la), keep_first(ids_b, lb)
     pair = dense([a, sep, b, sep, cls], [a * 0, sep * 0, b * 0 + 1, sep * 0 + 1, cls * 0 + 2])
-    # As the original (and data/classification.py): an empty B gives the single-text layout.
+    # As the original (and tasks/classification/features.py): an empty B gives the single-text layout.
     has_b = (ids_b.row_lengths() > 0)[:, None]
     return {k: tf.where(has_b, pair[k], single[k]) for k in pair}
 

@@ -31,7 +31,7 @@ SPECIAL_PIECES = {
 SEG_ID_A = 0
 SEG_ID_B = 1
 SEG_ID_CLS = 2
-SEG_ID_PAD = 4  # classifier padding (the original); SQuAD uses 3 (see data/squad.py)
+SEG_ID_PAD = 4  # classifier padding (the original); SQuAD uses 3 (see tasks/squad/features.py)
 
 
 def preprocess_text(text: str, lower: bool = False, remove_space: bool = True,

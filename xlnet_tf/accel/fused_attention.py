@@ -9,8 +9,9 @@ bit-identical). Same formulas as ``attention.attend_rows``, another summation or
 the graph at Base size). The kernels step aside inside XLA-compiled functions (XLA cannot compile a custom op),
 while tracing a SavedModel (``accel.portable_graph``: exports need TensorFlow and tensorflow-text only), for
 per-example positional encodings (dropout on them per example) and when the library is not built for this
-machine (``python -m xlnet_tf.accel.kernels build``). Measured gain (PERFORMANCE.md "Accelerations", XLNet-Base): 1.04x at 8x128 and 1.18x at 2x512 inference,
-1.07x per training step at 8x128 with ``pos_dropout="shared"``.
+machine (``python -m xlnet_tf.accel.kernels build``). Measured gain (PERFORMANCE.md "Accelerations",
+XLNet-Base): 1.04x at 8x128 and 1.18x at 2x512 inference, 1.07x per training step at 8x128 with
+``pos_dropout="shared"``.
 """
 
 from __future__ import annotations

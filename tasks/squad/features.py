@@ -617,7 +617,7 @@ def answer_mapping_failures(examples: Sequence, tokenizer: XLNetTokenizer,
     Returns (answers checked, [(qas_id, gold, recovered or None)] for those the official normalisation does
     not score as an exact match: boundaries inside a piece, e.g. "1990" in "▁1990s").
     """
-    from tasks.squad_eval import normalize_answer
+    from tasks.squad.metrics import normalize_answer
 
     cache: Dict[Tuple[int, str], ContextTokens] = {}
     checked, failures = 0, []

@@ -5,7 +5,7 @@ Signatures:
   -> ``choice`` int32 [batch] (0-3 = A-D), ``probabilities`` float32 [batch, 4].
 * ``serve_ids(input_ids, segment_ids, padding_mask: int32 [batch, 4, max_seq_length])`` -> the same outputs.
 
-The in-graph layout is exactly ``data/race.py``'s ``encode_race`` (tests compare them on real dev questions):
+The in-graph layout is exactly ``tasks/race/features.py``'s ``encode_race`` (tests compare them on real dev questions):
 ``qa = question.replace("_", option)`` if ``"_"`` is in the question (every blank filled) else
 ``question + " " + option``; qa keeps its LAST ``max_qa_length`` pieces, the article its FIRST
 ``max_seq_length - 3 - len(qa)``; ``article <sep> qa <sep> <cls>`` LEFT-padded with id 0, segments 0 / 1 / 2,

@@ -2,8 +2,8 @@
 
 A task knows its label list (or that it is a regression), its train/dev/test files, whether it is a pair
 task, its metrics and main metric. ``get_task(name)`` looks tasks up case-insensitively ("SST-2", "sst2",
-"sts_b" all work). GLUE tasks live in ``tasks/glue.py``; IMDB, the char-CNN csv sets and ``generic`` in
-``tasks/text_classification.py``. Every malformed input raises :class:`tasks.errors.DataError` naming the
+"sts_b" all work). GLUE tasks live in ``tasks/classification/glue.py``; IMDB, the char-CNN csv sets and ``generic`` in
+``tasks/classification/text.py``. Every malformed input raises :class:`tasks.errors.DataError` naming the
 file, the line and the field.
 """
 
@@ -13,7 +13,7 @@ import csv
 import json
 import os
 from dataclasses import dataclass
-from typing import Callable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Iterator, List, Optional, Tuple, Union
 
 from tasks.errors import DataError
 

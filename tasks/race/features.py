@@ -22,7 +22,7 @@ from typing import Dict, Iterator, List, Optional, Sequence
 import numpy as np
 
 from data import tfrecord_io
-from tasks import race as race_task
+from tasks.race import reader as race_task
 from xlnet_tf.fileutil import stat_identity
 from xlnet_tf.tokenizer import SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD, XLNetTokenizer
 

@@ -15,7 +15,7 @@ import os
 import tarfile
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from tasks.classification import ClassificationTask, Col, Columns, Example, read_jsonl, read_table
+from tasks.classification.reader import ClassificationTask, Col, Columns, Example, read_jsonl, read_table
 from tasks.errors import DataError
 
 DOC_METRICS = ("accuracy", "error_rate")

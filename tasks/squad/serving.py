@@ -27,7 +27,7 @@ Everything runs in-graph (load in a fresh process with ``import tensorflow_text`
    characters), XLNet's digit-comma rule re-encoded with offsets, then each piece's span in the ORIGINAL
    context exactly as ``data.squad.tokenize_with_offsets`` (leading whitespace of ``▁x`` pieces excluded; an
    all-space piece keeps its whole surface). Ids equal ``TFXLNetTokenizer.tokenize``.
-3. Windows as ``data/squad.py``: ``P <sep> Q <sep> <cls>`` right-padded, the question's first
+3. Windows as ``tasks/squad/features.py``: ``P <sep> Q <sep> <cls>`` right-padded, the question's first
    ``max_query_length`` pieces, ``max_seq_length - len(Q) - 3`` paragraph pieces every ``doc_stride``, the
    max-context rule (score ``min(left, right) + 0.01 * length``, first window wins ties). All windows of the
    batch go through the model as one batch.
@@ -175,7 +175,7 @@ def _spm_with_offsets(tokenizer, text: tf.Tensor):
 
 def pieces_with_offsets(tokenizer, text: tf.Tensor):
     """Preprocessed text [batch] -> (pieces, byte starts, byte ends), ragged [batch, (pieces)], with XLNet's
-    digit-comma rule (``"1,000,"`` -> ``"1,000" ","``) applied as ``tokenize_with_offsets`` in data/squad.py."""
+    digit-comma rule (``"1,000,"`` -> ``"1,000" ","``) applied as ``tokenize_with_offsets`` in tasks/squad/features.py."""
     pieces, starts, ends = _spm_with_offsets(tokenizer, text)
     flat, fs, fe = pieces.flat_values, starts.flat_values, ends.flat_values
     hit = tf.strings.regex_full_match(flat, tokenizer._digit_comma_re)
@@ -358,7 +358,7 @@ class SquadServing(ServingModule):
     """Serving module for a fine-tuned SQuAD model (TaskModel with a SquadHead).
 
     ``features(question, context)`` works without a model (``model=None``): the in-graph layout alone
-    (the tests compare it with data/squad.py). ``null_threshold``: ``has_answer = null_odds <= threshold``
+    (the tests compare it with tasks/squad/features.py). ``null_threshold``: ``has_answer = null_odds <= threshold``
     (None: always true).
     """
 

@@ -1,12 +1,13 @@
-"""Classification tasks by name: GLUE (tasks/glue.py) and the text-classification sets
-(tasks/text_classification.py)."""
+"""Classification tasks by name: GLUE (tasks/classification/glue.py) and the text-classification sets
+(tasks/classification/text.py)."""
 
 from __future__ import annotations
 
 from typing import Callable, Dict, List
 
-from tasks import glue, text_classification
-from tasks.classification import ClassificationTask
+from tasks.classification import glue
+from tasks.classification import text as text_classification
+from tasks.classification.reader import ClassificationTask
 
 
 def _registry() -> Dict[str, Callable[..., ClassificationTask]]:
