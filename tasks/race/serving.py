@@ -49,7 +49,7 @@ def fill_blanks(question: tf.Tensor, option: tf.Tensor) -> tf.Tensor:
 def race_features(article_ids: tf.RaggedTensor, qa_ids: tf.RaggedTensor, max_seq_length: int,
                   max_qa_length: int, sep_id: int, cls_id: int,
                   num_choices: int = NUM_CHOICES) -> Dict[str, tf.Tensor]:
-    """In-graph ``data.race.encode_choices``: article ids [batch, (n)], qa ids [batch * num_choices, (m)]
+    """In-graph ``tasks.race.features.encode_choices``: article ids [batch, (n)], qa ids [batch * num_choices, (m)]
     (choices of one question adjacent) -> int32 ``input_ids``/``segment_ids``/``padding_mask``
     [batch, num_choices, max_seq_length]."""
     if max_qa_length < 1 or max_seq_length - 3 < max_qa_length:

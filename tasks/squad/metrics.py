@@ -2,7 +2,7 @@
 
 ``dataset`` is the ``data`` list of a SQuAD json; ``predictions`` {qas_id: text}; for v2 ``na_probs``
 {qas_id: no-answer score} (higher = more likely no answer; XLNet's ``null_odds``). Usage as a script:
-``python -m tasks.squad_eval data.json predictions.json [--na-prob-file null_odds.json]``.
+``python -m tasks.squad.metrics data.json predictions.json [--na-prob-file null_odds.json]``.
 """
 
 from __future__ import annotations

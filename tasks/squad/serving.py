@@ -3,14 +3,14 @@
 Signatures:
 * ``serving_default(question: string [batch], context: string [batch])`` ->
   ``answer_text`` string [batch]: the best non-null span (the ORIGINAL context substring, stripped of
-  whitespace and format characters at its edges as ``tasks.squad_postprocess.strip_answer``);
+  whitespace and format characters at its edges as ``tasks.squad.postprocess.strip_answer``);
   ``answer_start``/``answer_end`` int32 [batch]: its ``[start, end)`` in CHARACTERS (Unicode code points, as
   SQuAD's ``answer_start``) of the original context string, so ``context[start:end] == answer_text``;
   ``score`` float32: start_log_prob + end_log_prob of that span; ``null_odds`` float32: the MIN ``cls_logit``
   over the context's windows (the v2 no-answer score, as ``null_odds.json``); ``no_answer_probability`` =
   sigmoid(null_odds); ``has_answer`` bool = a span was found and ``null_odds <= null_threshold`` (the threshold
   baked in at export; without one, only the first condition). When no span is valid (empty context): text "",
-  start = end = -1, score -2e6 (the nonce entry of ``tasks.squad_postprocess``).
+  start = end = -1, score -2e6 (the nonce entry of ``tasks.squad.postprocess``).
 * ``serve_ids(input_ids, segment_ids, padding_mask, p_mask: int32 [windows, L], cls_index: int32 [windows])``
   -> the head's raw beam outputs (``start_top_*``, ``end_top_*``, ``cls_logits``), one row per window.
 
@@ -25,7 +25,7 @@ Everything runs in-graph (load in a fresh process with ``import tensorflow_text`
    whole-string ``preprocess`` (same length, so the map still holds).
 2. ``SentencePiece`` with offsets (tensorflow-text, byte offsets into the preprocessed text, converted to
    characters), XLNet's digit-comma rule re-encoded with offsets, then each piece's span in the ORIGINAL
-   context exactly as ``data.squad.tokenize_with_offsets`` (leading whitespace of ``▁x`` pieces excluded; an
+   context exactly as ``tasks.squad.features.tokenize_with_offsets`` (leading whitespace of ``▁x`` pieces excluded; an
    all-space piece keeps its whole surface). Ids equal ``TFXLNetTokenizer.tokenize``.
 3. Windows as ``tasks/squad/features.py``: ``P <sep> Q <sep> <cls>`` right-padded, the question's first
    ``max_query_length`` pieces, ``max_seq_length - len(Q) - 3`` paragraph pieces every ``doc_stride``, the
@@ -175,7 +175,7 @@ def _spm_with_offsets(tokenizer, text: tf.Tensor):
 
 def pieces_with_offsets(tokenizer, text: tf.Tensor):
     """Preprocessed text [batch] -> (pieces, byte starts, byte ends), ragged [batch, (pieces)], with XLNet's
-    digit-comma rule (``"1,000,"`` -> ``"1,000" ","``) applied as ``tokenize_with_offsets`` in tasks/squad/features.py."""
+    digit-comma rule (``"1,000,"`` -> ``"1,000" ","``) applied as ``features.tokenize_with_offsets``."""
     pieces, starts, ends = _spm_with_offsets(tokenizer, text)
     flat, fs, fe = pieces.flat_values, starts.flat_values, ends.flat_values
     hit = tf.strings.regex_full_match(flat, tokenizer._digit_comma_re)
@@ -215,7 +215,7 @@ def pieces_with_offsets(tokenizer, text: tf.Tensor):
 
 def tokenize_with_offsets(tokenizer, context: tf.Tensor) -> Dict[str, object]:
     """Contexts [batch] -> ``ids`` int32 and ``starts``/``ends`` int64 ragged [batch, (pieces)] (each piece's
-    ``[start, end)`` in characters of the ORIGINAL context, as ``data.squad.tokenize_with_offsets``), plus the
+    ``[start, end)`` in characters of the ORIGINAL context, as ``tasks.squad.features.tokenize_with_offsets``), plus the
     original ``codepoints`` and ``num_chars``."""
     prep = preprocess_with_origin(tokenizer, context)
     pieces, bstart, bend = pieces_with_offsets(tokenizer, prep["text"])
