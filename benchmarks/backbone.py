@@ -68,6 +68,8 @@ BASE = dict(n_layer=12, d_model=768, n_head=12, d_head=64, d_inner=3072, n_token
 IMPLS = {"tf": "ours, tf.function", "tf_xopt": "ours, tf.function, XLA Adam", "tf_xla": "ours, tf.function + XLA",
          "torch": "HF PyTorch eager", "torch1": "HF PyTorch eager, 1 thread",
          "mg": "Model Garden TF2 + XLA", "mg_noxla": "Model Garden TF2, tf.function"}
+for _i in ("tf", "tf_xopt", "tf_xla"):  # the same from another checkout (--baseline-root): before/after in one run
+    IMPLS[_i + "_base"] = IMPLS[_i] + ", --baseline-root checkout"
 MG_IMPLS = ("mg", "mg_noxla")
 MG_VENV = os.environ.get("MG_VENV", os.path.join(os.path.expanduser("~"), ".cache", "xlnet_tf_peers", "model_garden"))
 MG_DEFAULT_PYTHON = os.path.join(MG_VENV, "bin", "python")  # where benchmarks/setup_peer_model_garden.sh puts it
@@ -100,7 +102,7 @@ def _inputs(batch, seq, n_token, seed=0):
 
 def _build_tf(spec):
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
-    sys.path.insert(0, ROOT)
+    sys.path.insert(0, spec.get("root") or ROOT)
     import xlnet_tf  # noqa: F401  (sets the oneDNN/log environment before TensorFlow loads)
     import keras
     import tensorflow as tf
@@ -113,7 +115,8 @@ def _build_tf(spec):
     keras.utils.set_random_seed(0)
     model = XLNetModel(cfg, seed=0)
     ids, seg, mask = (tf.constant(x, tf.int32) for x in _inputs(spec["batch"], spec["seq"], cfg.n_token))
-    xla = spec["impl"] == "tf_xla"
+    impl = spec["impl"].removesuffix("_base")
+    xla = impl == "tf_xla"
 
     if not train:
         @tf.function(jit_compile=xla)
@@ -134,7 +137,7 @@ def _build_tf(spec):
             loss = tf.reduce_mean(tf.square(h))
         return loss, tape.gradient(loss, tvars)
 
-    if spec["impl"] == "tf_xopt":
+    if impl == "tf_xopt":
         # Forward + backward as a plain graph (oneDNN kernels), the Adam update as a separate XLA cluster
         # (XLA fuses Adam's per-weight elementwise chain; its CPU matmuls are slower than oneDNN's).
         grads_fn = tf.function(loss_and_grads)
@@ -316,9 +319,13 @@ def worker(spec_json: str) -> None:
 
         info["onednn"] = bool(_pywrap_util_port.IsMklEnabled())
     if spec["impl"].startswith("tf"):  # ours: whether the fused attention kernel was available (used: tf, tf_xopt)
-        from xlnet_tf.accel import kernels
+        try:
+            from xlnet_tf.accel import kernels
+        except ImportError:  # a --baseline-root checkout from before xlnet_tf/accel
+            from xlnet_tf import kernels
 
         info["fused_attention"] = kernels.status()
+        info["xlnet_tf"] = os.path.dirname(os.path.dirname(kernels.__file__))
     if spec["impl"] in MG_IMPLS:  # its own venv: record what it ran on
         info["versions"] = versions(("tensorflow", "tf-keras", "tf-models-official"))
         info["python"] = sys.executable
@@ -383,7 +390,8 @@ def mem_available_mb() -> float:
 
 def run_group(mode, batch, seq, impls, args, log):
     specs = [dict(impl=i, mode=mode, batch=batch, seq=seq, shape=args.shape, dropout=args.train_dropout,
-                  warmup=args.warmup, threads=args.torch_threads) for i in impls]
+                  warmup=args.warmup, threads=args.torch_threads,
+                  root=args.baseline_root if i.endswith("_base") else None) for i in impls]
     workers, ready, skipped = [], [], []
 
     def skip(spec, reason, why=None):
@@ -497,7 +505,7 @@ def goal_summary(rows):
         hf = max(hfs, key=lambda r: r["tokens_per_s"]) if hfs else None  # the faster HF thread setting
         mgs = [r for r in group if r["impl"] in MG_IMPLS]
         mg = max(mgs, key=lambda r: r["tokens_per_s"]) if mgs else None  # the faster Model Garden variant
-        ours = [r for r in group if not _is_peer(r["impl"])]
+        ours = [r for r in group if not _is_peer(r["impl"]) and not r["impl"].endswith("_base")]
         if not ours:
             continue
         best = max(ours, key=lambda r: r["tokens_per_s"])
@@ -558,6 +566,24 @@ def print_goals(goals):
         print(line)
 
 
+def baseline_summary(rows):
+    """This checkout's tokens/s over the --baseline-root checkout's, per implementation and configuration,
+    with the 90% bootstrap interval."""
+    out = []
+    for r in rows:
+        base = next((b for b in rows if b["impl"] == r["impl"] + "_base" and
+                     (b["mode"], b["batch"], b["seq"]) == (r["mode"], r["batch"], r["seq"])), None)
+        if base:
+            lo, hi = ratio_interval(r["times_s"], base["times_s"])
+            out.append({"mode": r["mode"], "batch": r["batch"], "seq": r["seq"], "impl": r["impl"],
+                        "tokens_per_s": r["tokens_per_s"], "baseline_tokens_per_s": base["tokens_per_s"],
+                        "ratio": r["tokens_per_s"] / base["tokens_per_s"], "ratio_90": [lo, hi]})
+            print(f"this checkout vs --baseline-root, {r['mode']} {r['batch']}x{r['seq']} {r['impl']}: "
+                  f"{r['tokens_per_s']:.0f} vs {base['tokens_per_s']:.0f} tok/s = {out[-1]['ratio']:.3f}x "
+                  f"(90%: {lo:.3f}-{hi:.3f})")
+    return out
+
+
 def print_skipped(skipped):
     for k in skipped:
         print(f"not run: {k['mode']} {k['batch']}x{k['seq']} {k['impl']} ({IMPLS.get(k['impl'], '?')}): "
@@ -584,6 +610,8 @@ def main(argv=None):
     p.add_argument("--mg-python", default=mg_default,
                    help="python of the Model Garden venv (benchmarks/setup_peer_model_garden.sh) for the mg and "
                         "mg_noxla workers (default: $XLNET_TF_MG_PYTHON, else %(default)s)")
+    p.add_argument("--baseline-root", help="another checkout of this repository (e.g. `git worktree add /tmp/old REV`, "
+                                           "its kernels built there): the *_base implementations run its xlnet_tf")
     p.add_argument("--train-dropout", type=float, default=0.1, help="dropout (and dropatt) in the training step")
     p.add_argument("--torch-threads", type=int, default=2, help="threads of the 'torch' worker ('torch1': 1)")
     p.add_argument("--n-layer", type=int, default=BASE["n_layer"])
@@ -615,6 +643,8 @@ def main(argv=None):
         groups = [("infer", b, s) for b, s in ishapes if "infer" in modes]
         groups += [("train", b, s) for b, s in tshapes if "train" in modes]
     unknown = {i for i in (args.impls + "," + args.train_impls).split(",") if i} - set(IMPLS)
+    if "_base" in args.impls + args.train_impls and not args.baseline_root:
+        p.error("the *_base implementations need --baseline-root")
     if unknown:
         p.error(f"unknown implementation(s) {', '.join(sorted(unknown))}; known: {', '.join(IMPLS)}")
 
@@ -631,7 +661,7 @@ def main(argv=None):
     with open(args.log, "w") as log:
         for mode, b, s in groups:
             impls = [i for i in (args.impls if mode == "infer" else args.train_impls).split(",")
-                     if i and (i != "tf_xopt" or mode == "train")]
+                     if i and (not i.startswith("tf_xopt") or mode == "train")]
             print(f"... {mode} {b}x{s}: {', '.join(impls)} ({args.reps} interleaved reps)", flush=True)
             r, sk = run_group(mode, b, s, impls, args, log)
             rows += r
@@ -641,6 +671,7 @@ def main(argv=None):
     print_skipped(skipped)
     goals = goal_summary(rows)
     print_goals(goals)
+    baseline = baseline_summary(rows) if args.baseline_root else []
     result = {"command": " ".join([os.path.relpath(sys.executable, ROOT), "benchmarks/backbone.py"] +
                                   (sys.argv[1:] if argv is None else list(argv))),
               "machine": info, "model_garden_python": args.mg_python if args.mg_python_ok else None,
@@ -650,6 +681,7 @@ def main(argv=None):
               "inputs": "random ids, two segments (A|B halves), all-ones padding mask",
               "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t_start)),
               "wall_s": time.time() - t_start, "load_end": os.getloadavg(), "rows": rows, "skipped": skipped,
+              "baseline_root": args.baseline_root, "vs_baseline": baseline,
               "quoted_peers": {f"{m} {b}x{s}": v for (m, b, s), v in QUOTED_PEERS.items()}, "goals": goals}
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
