@@ -4,13 +4,13 @@ The exported model loads in a fresh process with only ``tensorflow`` and ``tenso
 (``import tensorflow_text`` registers the SentencePiece op). Every export is written to a temporary directory
 and renamed into place, so an interrupted export never damages an earlier one.
 
-In-graph layouts mirror ``data/`` exactly (the tests compare them on real text):
-* classification: ``A <sep> (B <sep>) <cls>``, longer side trimmed first, LEFT-padded, pad segment 4.
+The helpers below build the in-graph features of each task's serving module (``tasks/*/serving.py``), which
+mirror the task's Python features exactly (the tests compare them on real text).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Dict
 
 import tensorflow as tf
 
@@ -21,19 +21,6 @@ SEG_PAD_CLASSIFIER = 4
 
 
 # ---------------------------------------------------------------------------------------------- in-graph layout
-def truncate_lengths(len_a: tf.Tensor, len_b: tf.Tensor, budget) -> tuple:
-    """Closed form of the original loop "while too long: pop from the longer of A/B (ties: B)"."""
-    len_a = tf.cast(len_a, tf.int32)
-    len_b = tf.cast(len_b, tf.int32)
-    excess = tf.maximum(len_a + len_b - budget, 0)
-    d = tf.minimum(excess, tf.abs(len_a - len_b))
-    a_longer = len_a > len_b
-    len_a = len_a - tf.where(a_longer, d, 0)
-    len_b = len_b - tf.where(a_longer, 0, d)
-    e = excess - d
-    return len_a - e // 2, len_b - (e + 1) // 2
-
-
 def keep_first(rt: tf.RaggedTensor, lengths: tf.Tensor) -> tf.RaggedTensor:
     """Keeps the first ``lengths[i]`` items of row i."""
     lengths = tf.minimum(tf.cast(lengths, tf.int64), rt.row_lengths())
@@ -64,33 +51,6 @@ def constant_rows(batch, value, dtype=tf.int32) -> tf.RaggedTensor:
     return tf.RaggedTensor.from_tensor(tf.fill(tf.stack([batch, 1]), tf.cast(value, dtype)))
 
 
-def classification_features(ids_a: tf.RaggedTensor, ids_b: Optional[tf.RaggedTensor], max_seq_length: int,
-                            sep_id: int, cls_id: int) -> Dict[str, tf.Tensor]:
-    """The classifier layout of tasks/classification/features.py, in-graph, for a batch of tokenised texts."""
-    ids_a = tf.cast(ids_a, tf.int32)
-    batch = ids_a.nrows(out_type=tf.int32)
-    sep = constant_rows(batch, sep_id)
-    cls = constant_rows(batch, cls_id)
-
-    def dense(parts, segs):
-        tokens, segments = tf.concat(parts, axis=1), tf.concat(segs, axis=1)
-        return {"input_ids": pad_rows(tokens, max_seq_length, 0, left=True),
-                "segment_ids": pad_rows(segments, max_seq_length, SEG_PAD_CLASSIFIER, left=True),
-                "padding_mask": pad_rows(tf.ones_like(tokens), max_seq_length, 0, left=True)}
-
-    a = keep_first(ids_a, tf.fill([batch], max_seq_length - 2))
-    single = dense([a, sep, cls], [a * 0, sep * 0, cls * 0 + 2])
-    if ids_b is None:
-        return single
-    ids_b = tf.cast(ids_b, tf.int32)
-    la, lb = truncate_lengths(ids_a.row_lengths(), ids_b.row_lengths(), max_seq_length - 3)
-    a, b = keep_first(ids_a, la), keep_first(ids_b, lb)
-    pair = dense([a, sep, b, sep, cls], [a * 0, sep * 0, b * 0 + 1, sep * 0 + 1, cls * 0 + 2])
-    # As the original (and tasks/classification/features.py): an empty B gives the single-text layout.
-    has_b = (ids_b.row_lengths() > 0)[:, None]
-    return {k: tf.where(has_b, pair[k], single[k]) for k in pair}
-
-
 # ---------------------------------------------------------------------------------------------- writing
 def save_atomically(module: tf.Module, export_dir: str, signatures: Dict[str, Callable]) -> str:
     """tf.saved_model.save into a temp dir next to ``export_dir``, then rename over it."""
@@ -109,45 +69,3 @@ class ServingModule(tf.Module):
         self.serve_ids = self.ids_fn()
         return save_atomically(self, export_dir, {"serving_default": self.serve_text,
                                                   "serve_ids": self.serve_ids})
-
-
-class ClassifierServing(ServingModule):
-    """Serving module for a fine-tuned classifier/regressor (TaskModel with a ClassificationHead)."""
-
-    def __init__(self, model, tokenizer, max_seq_length: int, label_names: Optional[Sequence[str]] = None):
-        super().__init__()
-        self.model = model
-        self.tokenizer = tokenizer.tf_tokenizer() if hasattr(tokenizer, "tf_tokenizer") else tokenizer
-        self.max_seq_length = int(max_seq_length)
-        self.sep_id, self.cls_id = int(tokenizer.sep_id), int(tokenizer.cls_id)
-        self.regression = bool(model.head.regression)
-        self.label_names = tf.constant(list(label_names or []) or [""], tf.string)
-
-    def _outputs(self, features):
-        out = self.model.head.serving_outputs(self.model(features, training=False))
-        if not self.regression:
-            out = dict(out)
-            out["label_name"] = tf.gather(self.label_names, out["label"])
-        return out
-
-    def ids_fn(self):
-        spec = tf.TensorSpec([None, self.max_seq_length], tf.int32)
-
-        @tf.function(input_signature=[spec, spec, spec])
-        def serve_ids(input_ids, segment_ids, padding_mask):
-            return self._outputs({"input_ids": input_ids, "segment_ids": segment_ids,
-                                  "padding_mask": padding_mask})
-
-        return serve_ids
-
-    def text_fn(self, pair: bool):
-        def run(text_a, text_b=None):
-            ids_b = None if text_b is None else self.tokenizer.tokenize(text_b)
-            feats = classification_features(self.tokenizer.tokenize(text_a), ids_b, self.max_seq_length,
-                                            self.sep_id, self.cls_id)
-            return self._outputs(feats)
-
-        s = tf.TensorSpec([None], tf.string)
-        if pair:
-            return tf.function(lambda text_a, text_b: run(text_a, text_b), input_signature=[s, s])
-        return tf.function(lambda text_a: run(text_a), input_signature=[s])

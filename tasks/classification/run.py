@@ -82,7 +82,7 @@ class ClassifierRun(runner.TaskSpec):
         return path
 
     def export(self, model, export_dir):
-        from xlnet_tf.export import ClassifierServing
+        from tasks.classification.serving import ClassifierServing
 
         labels = None if self.task.regression else list(self.task.labels)
         serving = ClassifierServing(model, self.tokenizer, self.L, label_names=labels)

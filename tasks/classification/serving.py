@@ -1,0 +1,95 @@
+"""The classifier's SavedModel: raw text in (tokenised in-graph), the head's outputs and the label name out.
+
+The in-graph layout is ``features.py``'s exactly (the tests compare them on real text): ``A <sep> (B <sep>)
+<cls>``, the longer side trimmed first, LEFT-padded, pad segment 4.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Optional, Sequence
+
+import tensorflow as tf
+
+from xlnet_tf.export import SEG_PAD_CLASSIFIER, ServingModule, constant_rows, keep_first, pad_rows
+
+
+def truncate_lengths(len_a: tf.Tensor, len_b: tf.Tensor, budget) -> tuple:
+    """Closed form of the original loop "while too long: pop from the longer of A/B (ties: B)"."""
+    len_a = tf.cast(len_a, tf.int32)
+    len_b = tf.cast(len_b, tf.int32)
+    excess = tf.maximum(len_a + len_b - budget, 0)
+    d = tf.minimum(excess, tf.abs(len_a - len_b))
+    a_longer = len_a > len_b
+    len_a = len_a - tf.where(a_longer, d, 0)
+    len_b = len_b - tf.where(a_longer, 0, d)
+    e = excess - d
+    return len_a - e // 2, len_b - (e + 1) // 2
+
+
+def classification_features(ids_a: tf.RaggedTensor, ids_b: Optional[tf.RaggedTensor], max_seq_length: int,
+                            sep_id: int, cls_id: int) -> Dict[str, tf.Tensor]:
+    """The classifier layout of tasks/classification/features.py, in-graph, for a batch of tokenised texts."""
+    ids_a = tf.cast(ids_a, tf.int32)
+    batch = ids_a.nrows(out_type=tf.int32)
+    sep = constant_rows(batch, sep_id)
+    cls = constant_rows(batch, cls_id)
+
+    def dense(parts, segs):
+        tokens, segments = tf.concat(parts, axis=1), tf.concat(segs, axis=1)
+        return {"input_ids": pad_rows(tokens, max_seq_length, 0, left=True),
+                "segment_ids": pad_rows(segments, max_seq_length, SEG_PAD_CLASSIFIER, left=True),
+                "padding_mask": pad_rows(tf.ones_like(tokens), max_seq_length, 0, left=True)}
+
+    a = keep_first(ids_a, tf.fill([batch], max_seq_length - 2))
+    single = dense([a, sep, cls], [a * 0, sep * 0, cls * 0 + 2])
+    if ids_b is None:
+        return single
+    ids_b = tf.cast(ids_b, tf.int32)
+    la, lb = truncate_lengths(ids_a.row_lengths(), ids_b.row_lengths(), max_seq_length - 3)
+    a, b = keep_first(ids_a, la), keep_first(ids_b, lb)
+    pair = dense([a, sep, b, sep, cls], [a * 0, sep * 0, b * 0 + 1, sep * 0 + 1, cls * 0 + 2])
+    # As the original (and tasks/classification/features.py): an empty B gives the single-text layout.
+    has_b = (ids_b.row_lengths() > 0)[:, None]
+    return {k: tf.where(has_b, pair[k], single[k]) for k in pair}
+
+
+class ClassifierServing(ServingModule):
+    """Serving module for a fine-tuned classifier/regressor (TaskModel with a ClassificationHead)."""
+
+    def __init__(self, model, tokenizer, max_seq_length: int, label_names: Optional[Sequence[str]] = None):
+        super().__init__()
+        self.model = model
+        self.tokenizer = tokenizer.tf_tokenizer() if hasattr(tokenizer, "tf_tokenizer") else tokenizer
+        self.max_seq_length = int(max_seq_length)
+        self.sep_id, self.cls_id = int(tokenizer.sep_id), int(tokenizer.cls_id)
+        self.regression = bool(model.head.regression)
+        self.label_names = tf.constant(list(label_names or []) or [""], tf.string)
+
+    def _outputs(self, features):
+        out = self.model.head.serving_outputs(self.model(features, training=False))
+        if not self.regression:
+            out = dict(out)
+            out["label_name"] = tf.gather(self.label_names, out["label"])
+        return out
+
+    def ids_fn(self):
+        spec = tf.TensorSpec([None, self.max_seq_length], tf.int32)
+
+        @tf.function(input_signature=[spec, spec, spec])
+        def serve_ids(input_ids, segment_ids, padding_mask):
+            return self._outputs({"input_ids": input_ids, "segment_ids": segment_ids,
+                                  "padding_mask": padding_mask})
+
+        return serve_ids
+
+    def text_fn(self, pair: bool):
+        def run(text_a, text_b=None):
+            ids_b = None if text_b is None else self.tokenizer.tokenize(text_b)
+            feats = classification_features(self.tokenizer.tokenize(text_a), ids_b, self.max_seq_length,
+                                            self.sep_id, self.cls_id)
+            return self._outputs(feats)
+
+        s = tf.TensorSpec([None], tf.string)
+        if pair:
+            return tf.function(lambda text_a, text_b: run(text_a, text_b), input_signature=[s, s])
+        return tf.function(lambda text_a: run(text_a), input_signature=[s])
