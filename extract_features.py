@@ -16,7 +16,6 @@ over ``--init_checkpoint``. ``--output_file``:
 from __future__ import annotations
 
 import logging
-import os
 
 from absl import app, flags
 
@@ -90,7 +89,7 @@ def write_vectors(path, pooled, tokens, input_ids, padding_mask, layers):
     import numpy as np
     import tensorflow as tf
 
-    from xlnet_tf.fileutil import atomic_write
+    from xlnet_tf.fileutil import atomic_path, atomic_write
 
     if path.endswith(".npz"):
         with atomic_write(path, "wb") as f:
@@ -98,19 +97,13 @@ def write_vectors(path, pooled, tokens, input_ids, padding_mask, layers):
         return
     floats = lambda x: tf.train.Feature(float_list=tf.train.FloatList(value=np.ravel(x)))  # noqa: E731
     ints = lambda x: tf.train.Feature(int64_list=tf.train.Int64List(value=np.ravel(x)))  # noqa: E731
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with tf.io.TFRecordWriter(tmp) as w:
-            for p, t, ids, m in zip(pooled, tokens, input_ids, padding_mask):
-                real = m.astype(bool)
-                ex = tf.train.Example(features=tf.train.Features(feature={
-                    "pooled": floats(p), "tokens": floats(t[real]), "input_ids": ints(ids[real]),
-                    "layers": ints(layers)}))
-                w.write(ex.SerializeToString())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    with atomic_path(path) as tmp, tf.io.TFRecordWriter(tmp) as w:
+        for p, t, ids, m in zip(pooled, tokens, input_ids, padding_mask):
+            real = m.astype(bool)
+            ex = tf.train.Example(features=tf.train.Features(feature={
+                "pooled": floats(p), "tokens": floats(t[real]), "input_ids": ints(ids[real]),
+                "layers": ints(layers)}))
+            w.write(ex.SerializeToString())
 
 
 def main(_):

@@ -15,17 +15,25 @@ from typing import IO, Iterator
 
 
 @contextlib.contextmanager
-def atomic_write(path: str, mode: str = "w") -> Iterator[IO]:
-    """Yields a file open on ``path.tmp-PID``; it replaces ``path`` when the block succeeds, else it is removed."""
+def atomic_path(path: str) -> Iterator[str]:
+    """Yields ``path.tmp-PID`` for a writer that takes a path (a TFRecordWriter, ``np.savez``); it replaces
+    ``path`` when the block succeeds, else it is removed."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
-        with open(tmp, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
-            yield f
+        yield tmp
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+@contextlib.contextmanager
+def atomic_write(path: str, mode: str = "w") -> Iterator[IO]:
+    """Yields a file open on ``path.tmp-PID`` (see ``atomic_path``)."""
+    with atomic_path(path) as tmp:
+        with open(tmp, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+            yield f
 
 
 def write_json(path: str, obj, newline: bool = True, **dump_options) -> None:
