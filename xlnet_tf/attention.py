@@ -155,9 +155,13 @@ class RelativeAttention(keras.layers.Layer):
         shape = tf.shape(x)
         return tf.reshape(x, tf.stack([shape[0], shape[1], self.config.n_head * self.config.d_head]))
 
+    def project(self, x, kernel):
+        """x [b, s, d_model] @ kernel [d_model, n, h] -> [b, s, n, h] (no transpose)."""
+        return self.head_view(self.matmul_2d(x, self.kernel_2d(kernel)))
+
     def heads(self, x, kernel):
         """x [b, s, d_model] @ kernel [d_model, n, h] -> [b, n, s, h]."""
-        return self.split_heads(self.matmul_2d(x, self.kernel_2d(kernel)))
+        return tf.transpose(self.project(x, kernel), [0, 2, 1, 3])
 
     def positional_tables(self, basis: PositionalBasis, dtype):
         """The factored projections (sin |d|f) W_sin and (cos |d|f) W_cos, each [R, n*h]."""

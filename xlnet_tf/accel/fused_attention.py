@@ -60,18 +60,16 @@ class KernelCore:
     def __init__(self, layer, op, cat, pos_emb, ef_diff, seed, training, chunk):
         self.layer, self.op, self.ef_diff, self.seed, self.training, self.chunk = \
             layer, op, ef_diff, seed, training, chunk
-        self.k = self.queries(cat, layer.k)  # [b, k, n, h]
-        self.v = self.queries(cat, layer.v)
+        self.k = layer.project(cat, layer.k)  # [b, k, n, h]
+        self.v = layer.project(cat, layer.v)
         if training:  # the projected rows [r, n*h] (dropout may have touched the encodings)
             self.pos = (tf.squeeze(layer.positional_rows(pos_emb, cat.dtype), 0),)
         else:  # the factored tables; the op combines them (no gathered [r, n*h] tensor)
             from_sin, from_cos = layer.positional_tables(pos_emb, cat.dtype)
             self.pos = (from_sin, from_cos, pos_emb.index[0], tf.cast(pos_emb.sign[0], cat.dtype))
 
-    def queries(self, x, kernel=None):
-        """x [b, s, d_model] @ kernel (default q) -> [b, s, n, h] (no transpose)."""
-        layer = self.layer
-        return layer.head_view(layer.matmul_2d(x, layer.kernel_2d(layer.q if kernel is None else kernel)))
+    def queries(self, x):
+        return self.layer.project(x, self.layer.q)
 
     def merge(self, vec):
         return self.layer.merge_heads(vec)
