@@ -49,6 +49,17 @@ class TaskSpec:
     def feature_spec(self) -> Dict:
         raise NotImplementedError
 
+    def features(self, split: str):
+        """What ``build_features(split)`` returns (the TFRecord path with its count or index), built once per
+        run: ``prepare`` and the later phases ask for the same splits."""
+        built = self.__dict__.setdefault("_built_features", {})
+        if split not in built:
+            built[split] = self.build_features(split)
+        return built[split]
+
+    def build_features(self, split: str):
+        raise NotImplementedError
+
     def prepare(self, splits: Sequence[str]) -> None:
         """Builds (or validates the cache of) the features of ``splits``: "train", "eval", "predict"."""
 

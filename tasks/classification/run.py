@@ -21,17 +21,13 @@ class ClassifierRun(runner.TaskSpec):
         self.eval_batch_size, self.predict_batch_size = eval_batch_size, predict_batch_size or eval_batch_size
         self.progress, self.overwrite_data = progress, overwrite_data
         self.name, self.main_metric = task.name, task.main_metric
-        self._features = {}
 
-    def features(self, split):
-        """(TFRecord path, count) of ``split`` ("train", "dev", "test"), built once per run."""
+    def build_features(self, split):
+        """(TFRecord path, count) of ``split`` ("train", "dev", "test")."""
         from tasks.classification import features as cls_data
 
-        if split not in self._features:
-            self._features[split] = cls_data.task_features(
-                self.task, self.data_dir, split, self.tokenizer, self.L, self.cache_dir, progress=self.progress,
-                overwrite=self.overwrite_data)
-        return self._features[split]
+        return cls_data.task_features(self.task, self.data_dir, split, self.tokenizer, self.L, self.cache_dir,
+                                      progress=self.progress, overwrite=self.overwrite_data)
 
     def head(self):
         from heads.classification import ClassificationHead

@@ -52,20 +52,14 @@ class RaceRun(runner.TaskSpec):
         self.eval_batch_size, self.predict_batch_size = eval_batch_size, predict_batch_size or eval_batch_size
         self.head_options, self.seed, self.num_workers = head_options, seed, num_workers
         self.progress, self.overwrite_data = progress, overwrite_data
-        self._features = {}
 
-    def features(self, split):
-        """(TFRecord path, question count) of ``split`` ("train", "dev", "test"), built once per run."""
-        if split not in self._features:
-            self._features[split] = self._write_features(split, self.subsets.get(split))
-        return self._features[split]
-
-    def _write_features(self, split, subset):
+    def build_features(self, split):
+        """(TFRecord path, question count) of ``split`` ("train", "dev", "test")."""
         from tasks.race import features as race_data
         from data import tfrecord_io
         from tasks.race import reader as race_task
 
-        L, QA = self.L, self.QA
+        L, QA, subset = self.L, self.QA, self.subsets.get(split)
         levels = "-".join(race_task.select_levels(self.high_only, self.middle_only))
         sub = f"-sub{subset}" if subset else ""
         path = os.path.join(self.cache_dir, f"race-{split}-{levels}-{L}-{QA}{sub}.tfrecord")

@@ -25,14 +25,12 @@ class SquadRun(runner.TaskSpec):
         self.num_workers, self.progress, self.overwrite_data = num_workers, progress, overwrite_data
         self.main_metric = "best_f1" if v2 else "f1"
         self.null_threshold = options["null_score_diff_threshold"] if v2 else None
-        self._features, self._kept = {}, {}
+        self._kept = {}
 
-    def features(self, split):
-        """(TFRecord path, feature index) of "train" or "predict", built once per run."""
+    def build_features(self, split):
+        """(TFRecord path, feature index) of "train" or "predict"."""
         from tasks.squad import features as squad_data
 
-        if split in self._features:
-            return self._features[split]
         examples, source = self.sources[split]
         o = self.o
         base = os.path.splitext(os.path.basename(source))[0]
@@ -53,8 +51,7 @@ class SquadRun(runner.TaskSpec):
                  len(stats.get("unmappable", [])))
         if not index.features:
             raise ValueError(f"{source}: no {split} features")
-        self._features[split] = path, index
-        return self._features[split]
+        return path, index
 
     def head(self):
         from heads.squad import SquadHead
