@@ -103,7 +103,7 @@ def setup_logging() -> None:
 def output_paths(F) -> Dict[str, str]:
     if not F.output_dir:
         raise ValueError("--output_dir is required")
-    paths = {"output_dir": F.output_dir, "model_dir": F.model_dir or os.path.join(F.output_dir, "model"),
+    paths = {"output_dir": F.output_dir, "model_dir": model_dir(F),
              "cache_dir": F.cache_dir or os.path.join(F.output_dir, "data")}
     for p in paths.values():
         os.makedirs(p, exist_ok=True)
@@ -189,13 +189,19 @@ def start_run(F, run_dir: str, script: str, task: str, config, tokenizer, traini
     return guard
 
 
-def plan(F, do_eval: Optional[bool] = None, results_dir: Optional[str] = None):
-    """The runner's ``Plan`` from the flags, checked (something to do) before any work."""
+def model_dir(F) -> str:
+    return F.model_dir or os.path.join(F.output_dir, "model")
+
+
+def plan(F, do_eval: Optional[bool] = None, do_predict: Optional[bool] = None, results_dir: Optional[str] = None):
+    """The runner's ``Plan`` from the flags (``do_eval`` / ``do_predict`` override theirs), checked (something to
+    do) before any work."""
     from tasks import runner
 
-    plan_ = runner.Plan(output_dir=F.output_dir, model_dir=F.model_dir or os.path.join(F.output_dir, "model"),
-                        do_train=F.do_train, do_eval=F.do_eval if do_eval is None else do_eval,
-                        do_predict=F.do_predict, export_dir=F.export_dir, eval_all_checkpoints=F.eval_all_ckpt,
+    plan_ = runner.Plan(output_dir=F.output_dir, model_dir=model_dir(F), do_train=F.do_train,
+                        do_eval=F.do_eval if do_eval is None else do_eval,
+                        do_predict=F.do_predict if do_predict is None else do_predict,
+                        export_dir=F.export_dir, eval_all_checkpoints=F.eval_all_ckpt,
                         train_batch_size=F.train_batch_size, results_dir=results_dir)
     plan_.check()
     return plan_

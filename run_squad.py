@@ -77,8 +77,8 @@ def read_file(path, name, require_answers=True):
 def main(_):
     F = FLAGS
     predict = F.do_predict or F.do_eval
-    plan = run_common.plan(F, do_eval=predict, results_dir=F.predict_dir or F.output_dir)
-    plan.do_predict = False  # SQuAD's predictions come with its evaluation (scored when the file has answers)
+    # SQuAD's predictions come with its evaluation (scored when the predict file has answers)
+    plan = run_common.plan(F, do_eval=predict, do_predict=False, results_dir=F.predict_dir or F.output_dir)
     L, Q = F.max_seq_length, F.max_query_length
     if Q < 1 or F.doc_stride < 1 or L < Q + 4:
         raise ValueError(f"need --max_query_length >= 1, --doc_stride >= 1 and --max_seq_length > "
