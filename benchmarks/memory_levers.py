@@ -111,7 +111,8 @@ def worker(spec: dict) -> None:
     from xlnet_tf.training import TrainConfig, Trainer
 
     B, S, k = spec["batch"], spec["seq"], spec["grad_accum_steps"]
-    cfg = XLNetConfig(**spec["shape"], recompute=spec["recompute"], dropout=0.1, dropatt=0.1)
+    cfg = XLNetConfig(**spec["shape"], recompute=spec["recompute"], dropout=0.1, dropatt=0.1,
+                      accelerate=spec.get("accelerate", True))
     rng = np.random.default_rng(0)
     n = max(8, 2 * B)
     a_len = (S - 3) // 2
@@ -158,6 +159,7 @@ def worker(spec: dict) -> None:
     from xlnet_tf.accel import fused_attention  # did the step run the kernels? (the estimate models them)
 
     fused = (spec["jit"] is not True and spec["precision"] == "float32" and not spec["shape"].get("bi_data")
+             and "kernels" in cfg.accelerations
              and fused_attention.op_for(spec["shape"]["d_head"], tf.float32) is not None)
     out = {"device": device, "fused_attention": bool(fused), "rss_import_mb": rss_import, "rss_built_mb": rss_built,
            "rss_ready_mb": rss_ready,
@@ -337,6 +339,8 @@ def main(argv=None):
     p.add_argument("--runs", type=int, default=1, help="fresh subprocesses per configuration")
     p.add_argument("--jit", default="true", choices=["true", "update", "false"],
                    help="whole-step XLA (calibrates xlnet_tf.memory), graph mode + XLA update, or graph mode")
+    p.add_argument("--accelerate", default="true",
+                   help="the model's accelerate run option (true, false or a comma list such as xla,chunks)")
     p.add_argument("--no-xla-dump", action="store_true", help="skip XLA's buffer-assignment dump")
     p.add_argument("--out", default=None, help="json path (default results/memory_levers[_quick].json)")
     p.add_argument("--render", metavar="JSON", help="only re-render the markdown of a saved result")
@@ -385,7 +389,8 @@ def main(argv=None):
             label, over = CONFIGS[name]
             spec = dict(shape=shape, seq=args.seq, batch=args.batch, precision="float32", recompute=False,
                         num_trainable_layers=-1, grad_accum_steps=1, jit={"true": True, "update": "update", "false": False}[args.jit], reps=args.reps,
-                        warmup=args.warmup, xla_dump=not args.no_xla_dump)
+                        warmup=args.warmup, xla_dump=not args.no_xla_dump,
+                        accelerate={"true": True, "false": False}.get(args.accelerate.lower(), args.accelerate))
             spec.update(over)
             runs = []
             for i in range(args.runs):
