@@ -32,6 +32,19 @@ Its inputs are the same arrays, in its conventions: ``input_mask`` float32 with 
 worker, Model Garden's too, gets ``TF_ENABLE_ONEDNN_OPTS=1``. Its trainable weights are ours less
 ``mask_emb`` / ``lm_bias`` (which ours does not train here either) and equal HF's less ``mask_emb``.
 
+Precision (``--precisions``, a dimension of every implementation; default ``auto``: float32 plus the 16-bit
+precisions the host computes natively, ``xlnet_tf.hardware``): ``float32``; ``mixed_bfloat16`` / ``mixed_float16``
+as each side's own mixed-precision path: ours and Model Garden under the Keras mixed policy of that name
+(float32 weights, 16-bit compute, float32 softmax statistics and LayerNorm where the layers ask for them);
+HF under ``torch.autocast(device, dtype=torch.bfloat16 / torch.float16)``. Training in float16 scales the loss
+(Keras ``LossScaleOptimizer``, tf_keras' for Model Garden, ``torch.amp.GradScaler`` for HF). ``torch_compile``
+is HF under ``torch.compile`` (inductor; the first call compiles). The table gives each row's speed against our
+float32 (``vs our f32``: our fastest float32 variant of the same mode and shape) and the goal check is made per
+precision (16-bit: >= 3x our float32 at inference, >= 2x in training, >= 1.5x the best peer in that precision).
+
+Device (``--device``, default ``auto``): a visible GPU when there is one (every worker then runs on it; peak
+GPU memory is recorded), else the CPU; ``--device cpu`` hides the GPUs from the workers.
+
 When Model Garden ran, the goal check uses the best peer measured in the same run (the fastest of the HF and
 Model Garden variants); otherwise HF scaled by the quoted Model Garden / HF ratio, as an estimate.
 
@@ -44,6 +57,7 @@ machine noise hits all implementations alike; medians are reported. Idle workers
     python benchmarks/backbone.py --quick         # one small configuration, < 2 minutes
     python benchmarks/backbone.py --reps 7 --modes infer --shapes 8x128
     bash benchmarks/setup_peer_model_garden.sh && python benchmarks/backbone.py --impls tf,mg,mg_noxla,torch1
+    python benchmarks/backbone.py --precisions float32,mixed_bfloat16 --impls tf,tf_xla,torch,torch_compile
 """
 
 from __future__ import annotations
@@ -54,6 +68,7 @@ import os
 import platform
 import random
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -66,7 +81,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BASE = dict(n_layer=12, d_model=768, n_head=12, d_head=64, d_inner=3072, n_token=32000)
 IMPLS = {"tf": "ours, tf.function", "tf_xopt": "ours, tf.function, XLA Adam", "tf_xla": "ours, tf.function + XLA",
-         "torch": "HF PyTorch eager", "torch1": "HF PyTorch eager, 1 thread",
+         "torch": "HF PyTorch eager", "torch1": "HF PyTorch eager, 1 thread", "torch_compile": "HF torch.compile",
          "mg": "Model Garden TF2 + XLA", "mg_noxla": "Model Garden TF2, tf.function"}
 for _i in ("tf", "tf_xopt", "tf_xla"):  # the same from another checkout (--baseline-root): before/after in one run
     IMPLS[_i + "_base"] = IMPLS[_i] + ", --baseline-root checkout"
@@ -78,7 +93,11 @@ PROTO = "@@"  # prefix of protocol lines on a worker's stdout
 QUOTED_PEERS = {("infer", 8, 128): {"model_garden_tf2_xla": 363, "hf_pytorch": 303},
                 ("train", 8, 128): {"model_garden_tf2_xla": 85, "hf_pytorch": 78},
                 ("infer", 1, 512): {"hf_pytorch": 255}}
-GOALS = {"infer": 1.3, "train": 1.5}  # wanted: ours >= GOAL x the best peer
+GOALS = {"infer": 1.3, "train": 1.5}  # wanted: ours >= GOAL x the best peer (float32)
+GOALS_16BIT = {"infer": 1.5, "train": 1.5}  # the same in bfloat16 / float16, against the best peer in that precision
+GOALS_VS_F32 = {"infer": 3.0, "train": 2.0}  # wanted: ours in 16 bits >= GOAL x ours in float32
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+SHORT = {"float32": "f32", "mixed_bfloat16": "bf16", "mixed_float16": "fp16"}
 
 
 # ====================================================================== worker side
@@ -112,6 +131,8 @@ def _build_tf(spec):
     train = spec["mode"] == "train"
     rate = spec["dropout"] if train else 0.0
     cfg = XLNetConfig(**spec["shape"], ff_activation="gelu", untie_r=True, dropout=rate, dropatt=rate)
+    precision = spec.get("precision", "float32")
+    keras.mixed_precision.set_global_policy(precision)  # the model's layers take the policy when created
     keras.utils.set_random_seed(0)
     model = XLNetModel(cfg, seed=0)
     ids, seg, mask = (tf.constant(x, tf.int32) for x in _inputs(spec["batch"], spec["seq"], cfg.n_token))
@@ -129,13 +150,16 @@ def _build_tf(spec):
     unused = {id(model.mask_emb), id(model.lm_bias)}
     tvars = [v for v in model.trainable_variables if id(v) not in unused]
     opt = keras.optimizers.Adam(learning_rate=1e-5)
+    if precision == "mixed_float16":  # dynamic loss scaling, as training.py does for float16
+        opt = keras.optimizers.LossScaleOptimizer(opt)
     opt.build(tvars)
 
     def loss_and_grads(ids, seg, mask):
         with tf.GradientTape() as tape:
             h = model(ids, segment_ids=seg, padding_mask=mask, training=True)["sequence_output"]
-            loss = tf.reduce_mean(tf.square(h))
-        return loss, tape.gradient(loss, tvars)
+            loss = tf.reduce_mean(tf.square(tf.cast(h, tf.float32)))
+            scaled = opt.scale_loss(loss) if precision == "mixed_float16" else loss
+        return loss, tape.gradient(scaled, tvars)
 
     if impl == "tf_xopt":
         # Forward + backward as a plain graph (oneDNN kernels), the Adam update as a separate XLA cluster
@@ -168,7 +192,16 @@ def _build_torch(spec):
     import torch
 
     torch.set_num_threads(1 if spec["impl"] == "torch1" else spec["threads"])
+    import contextlib
+
     import transformers
+
+    device = "cuda" if spec.get("device") == "gpu" else "cpu"
+    precision = spec.get("precision", "float32")
+    dtype = {"mixed_bfloat16": torch.bfloat16, "mixed_float16": torch.float16}.get(precision)
+    # The peer's own mixed precision: float32 weights, autocast picks the op dtypes (matmuls in 16 bits).
+    autocast = (lambda: torch.autocast(device, dtype=dtype)) if dtype else contextlib.nullcontext
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
     train = spec["mode"] == "train"
     s = spec["shape"]
@@ -178,33 +211,44 @@ def _build_torch(spec):
                                    layer_norm_eps=1e-12, mem_len=None, use_mems_eval=False,
                                    use_mems_train=False)
     torch.manual_seed(0)
-    model = transformers.XLNetModel(cfg)
-    ids, seg, mask = (torch.from_numpy(x) for x in _inputs(spec["batch"], spec["seq"], s["n_token"]))
+    model = transformers.XLNetModel(cfg).to(device)
+    ids, seg, mask = (torch.from_numpy(x).to(device) for x in _inputs(spec["batch"], spec["seq"], s["n_token"]))
     kw = dict(input_ids=ids, token_type_ids=seg, attention_mask=mask, use_mems=False)
     if not train:
         model.eval()
-
+    net = torch.compile(model) if spec["impl"] == "torch_compile" else model
+    if not train:
         def fwd():
-            with torch.no_grad():
-                return model(**kw).last_hidden_state
+            with torch.no_grad(), autocast():
+                h = net(**kw).last_hidden_state
+            sync()
+            return h
 
         return fwd
 
     model.train()
     opt = torch.optim.Adam(model.parameters(), lr=1e-5)
+    scaler = torch.amp.GradScaler(device) if precision == "mixed_float16" else None
 
     def step():
         opt.zero_grad(set_to_none=True)
-        h = model(**kw).last_hidden_state
+        with autocast():
+            h = net(**kw).last_hidden_state
+        h = h.float()
         loss = (h * h).mean()
-        loss.backward()
-        opt.step()
+        if scaler is None:
+            loss.backward()
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
         return loss.item()
 
     return step
 
 
-def _mg_model(shape, rate):
+def _mg_model(shape, rate, precision="float32"):
     """Model Garden's XLNetBase at ``shape``, weights created (one eager call on a 1x8 input). Runs in the Model
     Garden venv: imports only tensorflow, tf_keras and official (no Keras 3, no xlnet_tf)."""
     import tensorflow as tf
@@ -212,6 +256,7 @@ def _mg_model(shape, rate):
     from official.modeling import activations
     from official.nlp.modeling.networks import XLNetBase
 
+    tf_keras.mixed_precision.set_global_policy(precision)  # Model Garden's own mixed precision (Keras 2 policy)
     tf_keras.utils.set_random_seed(0)
     model = XLNetBase(vocab_size=shape["n_token"], num_layers=shape["n_layer"], hidden_size=shape["d_model"],
                       num_attention_heads=shape["n_head"], head_size=shape["d_head"], inner_size=shape["d_inner"],
@@ -250,7 +295,8 @@ def _build_mg(spec):
 
     train = spec["mode"] == "train"
     rate = spec["dropout"] if train else 0.0
-    model = _mg_model(spec["shape"], rate)
+    precision = spec.get("precision", "float32")
+    model = _mg_model(spec["shape"], rate, precision)
     ids, seg, mask = _inputs(spec["batch"], spec["seq"], spec["shape"]["n_token"])
     ids, seg = tf.constant(ids, tf.int32), tf.constant(seg, tf.int32)
     mask = tf.constant(mask, tf.float32)  # 1 = real token (see above)
@@ -271,14 +317,20 @@ def _build_mg(spec):
 
     tvars = model.trainable_variables
     opt = tf_keras.optimizers.Adam(learning_rate=1e-5)  # its own per-variable XLA is off on CPU (no GPU found)
+    fp16 = precision == "mixed_float16"
+    if fp16:  # Keras 2's dynamic loss scaling
+        opt = tf_keras.mixed_precision.LossScaleOptimizer(opt)
     opt.build(tvars)
 
     @tf.function(jit_compile=xla)
     def step(ids, seg, mask):
         with tf.GradientTape() as tape:
             h = forward(ids, seg, mask, True)
-            loss = tf.reduce_mean(tf.square(h))
-        grads = tape.gradient(loss, tvars)
+            loss = tf.reduce_mean(tf.square(tf.cast(h, tf.float32)))
+            scaled = opt.get_scaled_loss(loss) if fp16 else loss
+        grads = tape.gradient(scaled, tvars)
+        if fp16:
+            grads = opt.get_unscaled_gradients(grads)
         # Every weight the forward uses (a None gradient, known at trace time, would mean an unused weight).
         opt.apply_gradients([(g, v) for g, v in zip(grads, tvars) if g is not None])
         return loss
@@ -315,9 +367,16 @@ def worker(spec_json: str) -> None:
             break
     info = {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, "rss_end_mb": _rss_mb()}
     if not spec["impl"].startswith("torch"):
+        import tensorflow as tf
         from tensorflow.python.util import _pywrap_util_port
 
         info["onednn"] = bool(_pywrap_util_port.IsMklEnabled())
+        if spec.get("device") == "gpu":
+            info["gpu_peak_mb"] = tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2 ** 20
+    elif spec.get("device") == "gpu":
+        import torch
+
+        info["gpu_peak_mb"] = torch.cuda.max_memory_allocated() / 2 ** 20
     if spec["impl"].startswith("tf"):  # ours: whether the fused attention kernel was available (used: tf, tf_xopt)
         try:
             from xlnet_tf.accel import kernels
@@ -340,6 +399,8 @@ class Worker:
         env = dict(os.environ)
         env.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        if spec.get("device") == "cpu":
+            env["CUDA_VISIBLE_DEVICES"] = ""  # hide any GPU: a CPU measurement
         if python:  # a Model Garden worker, in its own venv
             # Model Garden's documented setting for TF >= 2.16: tf.keras is tf_keras (Keras 2), and `import
             # tensorflow` then does not load Keras 3 at all (without it, it does, though nothing here uses it).
@@ -353,8 +414,8 @@ class Worker:
         for line in self.proc.stdout:
             if line.startswith(PROTO + tag + " "):
                 return line[len(PROTO) + len(tag) + 1:].strip()
-        raise RuntimeError(f"worker {self.spec['impl']} {self.spec['mode']} {self.spec['batch']}x"
-                           f"{self.spec['seq']} exited (rc={self.proc.wait()}); see the worker log")
+        raise RuntimeError(f"worker {self.spec['impl']} {self.spec.get('precision', 'float32')} {self.spec['mode']} "
+                           f"{self.spec['batch']}x{self.spec['seq']} exited (rc={self.proc.wait()}); see the worker log")
 
     def send(self, cmd):
         self.proc.stdin.write(cmd + "\n")
@@ -380,6 +441,16 @@ def machine_info():
             "XLA_FLAGS": os.environ.get("XLA_FLAGS", "")}
 
 
+def detect_host(device="auto"):
+    """This host's 16-bit capabilities (xlnet_tf.hardware). GPUs are looked up (which imports TensorFlow) only
+    where one may be used and ``nvidia-smi`` exists."""
+    sys.path.insert(0, ROOT)
+    from xlnet_tf import hardware
+
+    look = device != "cpu" and shutil.which("nvidia-smi") is not None
+    return hardware.detect(gpus=None if look else ())
+
+
 def mem_available_mb() -> float:
     with open("/proc/meminfo") as f:
         for line in f:
@@ -388,16 +459,18 @@ def mem_available_mb() -> float:
     return float("inf")
 
 
-def run_group(mode, batch, seq, impls, args, log):
-    specs = [dict(impl=i, mode=mode, batch=batch, seq=seq, shape=args.shape, dropout=args.train_dropout,
-                  warmup=args.warmup, threads=args.torch_threads,
-                  root=args.baseline_root if i.endswith("_base") else None) for i in impls]
+def run_group(mode, batch, seq, impls, args, log, precisions=("float32",)):
+    """Every implementation x precision of one (mode, shape) group, side by side, interleaved."""
+    specs = [dict(impl=i, precision=p, device=args.device, mode=mode, batch=batch, seq=seq, shape=args.shape,
+                  dropout=args.train_dropout, warmup=args.warmup, threads=args.torch_threads,
+                  root=args.baseline_root if i.endswith("_base") else None) for p in precisions for i in impls]
     workers, ready, skipped = [], [], []
 
     def skip(spec, reason, why=None):
-        print(f"    skipping {spec['impl']}: {why or reason}", flush=True)
+        print(f"    skipping {spec['impl']} {spec['precision']}: {why or reason}", flush=True)
         specs.remove(spec)
-        skipped.append({"mode": mode, "batch": batch, "seq": seq, "impl": spec["impl"], "reason": reason})
+        skipped.append({"mode": mode, "batch": batch, "seq": seq, "impl": spec["impl"],
+                        "precision": spec["precision"], "reason": reason})
 
     try:
         for spec in list(specs):  # warm up one at a time (XLA compile times stay clean)
@@ -447,6 +520,7 @@ def run_group(mode, batch, seq, impls, args, log):
     for spec, rd, t, ct, dn in zip(specs, ready, times, cpu, done):
         med = statistics.median(t)
         rows.append({"mode": mode, "batch": batch, "seq": seq, "impl": spec["impl"], "label": IMPLS[spec["impl"]],
+                     "precision": spec["precision"], "device": spec["device"],
                      "tokens_per_s": batch * seq / med, "median_s": med, "times_s": t,
                      "tokens_per_s_min": batch * seq / max(t), "tokens_per_s_max": batch * seq / min(t),
                      "cpu_s_median": statistics.median(ct), "cpu_s": ct,
@@ -455,24 +529,56 @@ def run_group(mode, batch, seq, impls, args, log):
     return rows, skipped
 
 
+def _precision(r):
+    return r.get("precision", "float32")
+
+
+def _group(r):
+    return r["mode"], r["batch"], r["seq"]
+
+
+def _ours(r):
+    return not _is_peer(r["impl"]) and not r["impl"].endswith("_base")
+
+
+def add_precision_ratios(rows):
+    """Per row, in place: ``vs_our_float32`` (tokens/s over our fastest float32 variant of the same mode and
+    shape) and ``vs_own_float32`` (over the same implementation in float32), where those rows exist."""
+    for r in rows:
+        f32 = [x for x in rows if _group(x) == _group(r) and _precision(x) == "float32"]
+        ours = [x for x in f32 if _ours(x)]
+        own = [x for x in f32 if x["impl"] == r["impl"]]
+        if ours:
+            r["vs_our_float32"] = r["tokens_per_s"] / max(x["tokens_per_s"] for x in ours)
+        if own:
+            r["vs_own_float32"] = r["tokens_per_s"] / own[0]["tokens_per_s"]
+    return rows
+
+
 def print_table(rows):
-    hdr = (f"{'mode':<6}{'shape':>8}  {'implementation':<29}{'tok/s':>8}{'min..max':>15}{'s/step':>8}"
-           f"{'vs HF':>7}{'cpu-s':>7}{'1st call':>9}{'peak RSS':>10}")
+    gpu = any(r.get("device") == "gpu" for r in rows)
+    mem = "GPU peak" if gpu else "peak RSS"
+    hdr = (f"{'mode':<6}{'shape':>8}  {'implementation':<29}{'prec':<5}{'tok/s':>8}{'min..max':>15}{'s/step':>8}"
+           f"{'vs HF':>7}{'vs f32':>8}{'cpu-s':>7}{'1st call':>9}{mem:>10}")
     print(hdr)
     print("-" * len(hdr))
     for r in rows:
-        hfs = [x for x in rows if x["mode"] == r["mode"] and x["batch"] == r["batch"] and x["seq"] == r["seq"]
+        hfs = [x for x in rows if _group(x) == _group(r) and _precision(x) == _precision(r)
                and x["impl"].startswith("torch")]
         hf = max(hfs, key=lambda x: x["tokens_per_s"]) if hfs else None
         ratio = f"{r['tokens_per_s'] / hf['tokens_per_s']:.2f}x" if hf else "-"
+        f32 = f"{r['vs_our_float32']:.2f}x" if "vs_our_float32" in r else "-"
+        peak = r.get("gpu_peak_mb", float("nan")) if gpu else r["peak_rss_mb"]
         print(f"{r['mode']:<6}{str(r['batch']) + 'x' + str(r['seq']):>8}  {r['label']:<29}"
+              f"{SHORT.get(_precision(r), _precision(r)):<5}"
               f"{r['tokens_per_s']:>8.0f}{r['tokens_per_s_min']:>7.0f}..{r['tokens_per_s_max']:<6.0f}"
-              f"{r['median_s']:>8.2f}{ratio:>7}{r['cpu_s_median']:>7.2f}{r['first_call_s']:>8.1f}s"
-              f"{r['peak_rss_mb']:>8.0f}MB")
+              f"{r['median_s']:>8.2f}{ratio:>7}{f32:>8}{r['cpu_s_median']:>7.2f}{r['first_call_s']:>8.1f}s"
+              f"{peak:>8.0f}MB")
     print("tok/s: batch*seq / median wall time of one step; min..max over the timed repetitions; vs HF: ratio "
-          "of medians in the same run, against the faster HF thread setting; cpu-s: median process CPU seconds per step (less sensitive to other "
-          "load); 1st call: includes tracing/XLA compilation; peak RSS: ru_maxrss of the configuration's own "
-          "process.")
+          "of medians in the same run, against the faster HF variant in the same precision; vs f32: against our "
+          "fastest float32 variant; cpu-s: median process CPU seconds per step (less sensitive to other "
+          "load); 1st call: includes tracing/XLA/torch.compile compilation; peak RSS: ru_maxrss of the "
+          "configuration's own process (GPU peak: the device allocator's).")
 
 
 def _is_peer(impl):
@@ -492,26 +598,40 @@ def ratio_interval(ours_times, peer_times, level=0.90, draws=4000, seed=0):
 
 
 def goal_summary(rows):
-    """Ours (best variant) against the peers, two ways: (a) absolute tokens/s against the quoted figures
-    (measured on another machine: indicative only); (b) in this run, against the best peer measured side by
-    side: the fastest of the HF and Model Garden variants when Model Garden ran in this (mode, shape) group
-    (``best_peer_source`` = "measured"); otherwise HF scaled by the quoted Model Garden / HF ratio where Model
-    Garden was quoted (``best_peer_source`` = "estimate")."""
+    """Ours (best variant) against the peers, per (mode, shape, precision), two ways: (a) absolute tokens/s
+    against the quoted figures (float32, measured on another machine: indicative only); (b) in this run, against
+    the best peer measured side by side in the same precision: the fastest of the HF and Model Garden variants
+    when Model Garden ran in this group (``best_peer_source`` = "measured"); otherwise in float32 HF scaled by
+    the quoted Model Garden / HF ratio where Model Garden was quoted (``"estimate"``), in 16 bits HF alone
+    (``"hf_only"``: no quotes exist). 16-bit groups also get ``ratio_vs_our_float32`` (ours best 16-bit over
+    ours best float32) against ``GOALS_VS_F32``."""
     out = []
-    for key in sorted({(r["mode"], r["batch"], r["seq"]) for r in rows}):
-        mode, b, s = key
-        group = [r for r in rows if (r["mode"], r["batch"], r["seq"]) == key]
+    keys = {_group(r) + (_precision(r),) for r in rows}
+    order = {p: i for i, p in enumerate(PRECISIONS)}
+    for key in sorted(keys, key=lambda k: k[:3] + (order.get(k[3], 9),)):
+        mode, b, s, prec = key
+        group = [r for r in rows if _group(r) + (_precision(r),) == key]
         hfs = [r for r in group if r["impl"].startswith("torch")]
-        hf = max(hfs, key=lambda r: r["tokens_per_s"]) if hfs else None  # the faster HF thread setting
+        hf = max(hfs, key=lambda r: r["tokens_per_s"]) if hfs else None  # the faster HF variant
         mgs = [r for r in group if r["impl"] in MG_IMPLS]
         mg = max(mgs, key=lambda r: r["tokens_per_s"]) if mgs else None  # the faster Model Garden variant
-        ours = [r for r in group if not _is_peer(r["impl"]) and not r["impl"].endswith("_base")]
+        ours = [r for r in group if _ours(r)]
         if not ours:
             continue
         best = max(ours, key=lambda r: r["tokens_per_s"])
-        quoted = QUOTED_PEERS.get(key, {})
-        entry = {"mode": mode, "batch": b, "seq": s, "best_ours": best["impl"], "ours_tokens_per_s": best["tokens_per_s"],
-                 "goal_factor": GOALS[mode]}
+        goal = (GOALS if prec == "float32" else GOALS_16BIT)[mode]
+        quoted = QUOTED_PEERS.get(key[:3], {}) if prec == "float32" else {}
+        entry = {"mode": mode, "batch": b, "seq": s, "precision": prec, "best_ours": best["impl"],
+                 "ours_tokens_per_s": best["tokens_per_s"], "goal_factor": goal}
+        if prec != "float32":
+            f32 = [r for r in rows if _group(r) == key[:3] and _precision(r) == "float32" and _ours(r)]
+            if f32:
+                ref = max(f32, key=lambda r: r["tokens_per_s"])
+                ratio = best["tokens_per_s"] / ref["tokens_per_s"]
+                lo, hi = ratio_interval(best["times_s"], ref["times_s"])
+                entry.update(our_float32_impl=ref["impl"], our_float32_tokens_per_s=ref["tokens_per_s"],
+                             ratio_vs_our_float32=ratio, ratio_vs_our_float32_interval_90=[lo, hi],
+                             goal_vs_float32=GOALS_VS_F32[mode], goal_vs_float32_met=ratio >= GOALS_VS_F32[mode])
         if hf:
             entry.update(hf_impl=hf["impl"], hf_tokens_per_s=hf["tokens_per_s"],
                          ratio_vs_hf_same_run=best["tokens_per_s"] / hf["tokens_per_s"])
@@ -522,29 +642,39 @@ def goal_summary(rows):
             peer = max([x for x in (hf, mg) if x], key=lambda r: r["tokens_per_s"])
             entry.update(best_peer_source="measured", best_peer_impl=peer["impl"],
                          best_peer_same_run=peer["tokens_per_s"])
-        elif hf:  # fallback: HF scaled by the quoted Model Garden / HF ratio
+        elif hf and prec == "float32":  # fallback: HF scaled by the quoted Model Garden / HF ratio
             scale = max(quoted.values()) / quoted["hf_pytorch"] if quoted else 1.0
             entry.update(best_peer_source="estimate", best_peer_impl=hf["impl"],
                          best_peer_same_run=hf["tokens_per_s"] * scale,
                          best_peer_estimate_same_run=hf["tokens_per_s"] * scale, best_peer_scale_from_quotes=scale)
+        elif hf:  # 16 bits: no quoted Model Garden figure to scale by
+            peer = hf
+            entry.update(best_peer_source="hf_only", best_peer_impl=hf["impl"], best_peer_same_run=hf["tokens_per_s"])
         if "best_peer_same_run" in entry:
             entry["ratio_vs_best_peer_same_run"] = best["tokens_per_s"] / entry["best_peer_same_run"]
-            entry["goal_met_same_run"] = entry["ratio_vs_best_peer_same_run"] >= GOALS[mode]
-        if entry.get("best_peer_source") == "measured":
+            entry["goal_met_same_run"] = entry["ratio_vs_best_peer_same_run"] >= goal
+        if entry.get("best_peer_source") in ("measured", "hf_only"):
             lo, hi = ratio_interval(best["times_s"], peer["times_s"])
-            entry.update(ratio_interval_90=[lo, hi], goal_met_at_lower_bound=lo >= GOALS[mode])
+            entry.update(ratio_interval_90=[lo, hi], goal_met_at_lower_bound=lo >= goal)
         if quoted:
             entry.update(quoted_best_peer=max(quoted.values()),
                          ratio_vs_quoted_best_peer=best["tokens_per_s"] / max(quoted.values()))
-            entry["goal_met_vs_quoted"] = entry["ratio_vs_quoted_best_peer"] >= GOALS[mode]
+            entry["goal_met_vs_quoted"] = entry["ratio_vs_quoted_best_peer"] >= goal
         out.append(entry)
     return out
 
 
 def print_goals(goals):
-    print("\ngoals (ours best variant / best peer; wanted >= 1.3x inference, 1.5x training):")
+    print("\ngoals (ours best variant / best peer in the same precision; wanted >= 1.3x inference, 1.5x training "
+          "in float32, 1.5x in 16 bits; 16 bits / our float32: >= 3x inference, 2x training):")
     for g in goals:
-        line = f"  {g['mode']:<6}{g['batch']}x{g['seq']:<5} {g['best_ours']:<9}{g['ours_tokens_per_s']:>7.0f} tok/s"
+        prec = SHORT.get(g["precision"], g["precision"])
+        line = (f"  {g['mode']:<6}{g['batch']}x{g['seq']:<5} {prec:<5}{g['best_ours']:<9}"
+                f"{g['ours_tokens_per_s']:>7.0f} tok/s")
+        if "ratio_vs_our_float32" in g:
+            lo, hi = g["ratio_vs_our_float32_interval_90"]
+            line += (f" | {g['ratio_vs_our_float32']:.2f}x our float32 ({lo:.2f}-{hi:.2f}) -> "
+                     f"{'met' if g['goal_vs_float32_met'] else 'NOT met'}")
         if "ratio_vs_best_peer_same_run" in g:
             parts = []
             if "ratio_vs_hf_same_run" in g:
@@ -553,6 +683,8 @@ def print_goals(goals):
                 parts.append(f"{g['ratio_vs_mg_same_run']:.2f}x Model Garden ({g['mg_impl']})")
             if g["best_peer_source"] == "measured":
                 peer = f"measured best peer {g['best_peer_impl']}"
+            elif g["best_peer_source"] == "hf_only":
+                peer = f"HF {g['best_peer_impl']} (Model Garden not run)"
             else:
                 peer = f"best-peer estimate (HF x {g['best_peer_scale_from_quotes']:.2f}; Model Garden not run)"
             line += (f" | same run: {', '.join(parts)}; {g['ratio_vs_best_peer_same_run']:.2f}x {peer} -> "
@@ -571,14 +703,16 @@ def baseline_summary(rows):
     with the 90% bootstrap interval."""
     out = []
     for r in rows:
-        base = next((b for b in rows if b["impl"] == r["impl"] + "_base" and
-                     (b["mode"], b["batch"], b["seq"]) == (r["mode"], r["batch"], r["seq"])), None)
+        base = next((b for b in rows if b["impl"] == r["impl"] + "_base" and _group(b) == _group(r)
+                     and _precision(b) == _precision(r)), None)
         if base:
             lo, hi = ratio_interval(r["times_s"], base["times_s"])
             out.append({"mode": r["mode"], "batch": r["batch"], "seq": r["seq"], "impl": r["impl"],
+                        "precision": _precision(r),
                         "tokens_per_s": r["tokens_per_s"], "baseline_tokens_per_s": base["tokens_per_s"],
                         "ratio": r["tokens_per_s"] / base["tokens_per_s"], "ratio_90": [lo, hi]})
-            print(f"this checkout vs --baseline-root, {r['mode']} {r['batch']}x{r['seq']} {r['impl']}: "
+            print(f"this checkout vs --baseline-root, {r['mode']} {r['batch']}x{r['seq']} {r['impl']} "
+                  f"{_precision(r)}: "
                   f"{r['tokens_per_s']:.0f} vs {base['tokens_per_s']:.0f} tok/s = {out[-1]['ratio']:.3f}x "
                   f"(90%: {lo:.3f}-{hi:.3f})")
     return out
@@ -586,7 +720,8 @@ def baseline_summary(rows):
 
 def print_skipped(skipped):
     for k in skipped:
-        print(f"not run: {k['mode']} {k['batch']}x{k['seq']} {k['impl']} ({IMPLS.get(k['impl'], '?')}): "
+        print(f"not run: {k['mode']} {k['batch']}x{k['seq']} {k['impl']} {k.get('precision', 'float32')} "
+              f"({IMPLS.get(k['impl'], '?')}): "
               f"{k['reason']}")
 
 
@@ -615,6 +750,11 @@ def main(argv=None):
     p.add_argument("--train-dropout", type=float, default=0.1, help="dropout (and dropatt) in the training step")
     p.add_argument("--torch-threads", type=int, default=2, help="threads of the 'torch' worker ('torch1': 1)")
     p.add_argument("--n-layer", type=int, default=BASE["n_layer"])
+    p.add_argument("--precisions", default="auto",
+                   help=f"comma list of {','.join(PRECISIONS)}, or auto (default): float32 and the 16-bit "
+                        "precisions this host's device computes natively (xlnet_tf.hardware)")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "gpu"),
+                   help="auto (default): a visible GPU, else the CPU; cpu hides the GPUs from the workers")
     p.add_argument("--min-free-mb", type=int, default=7000,
                    help="start a worker only with this much MemAvailable (workers of a group run side by side)")
     p.add_argument("--out", default=os.path.join(HERE, "results", "backbone.json"))
@@ -624,16 +764,30 @@ def main(argv=None):
         return worker(args.worker)
 
     args.shape = dict(BASE, n_layer=args.n_layer)
+    host = detect_host(args.device)
+    if args.device == "auto":
+        args.device = "gpu" if host.gpus else "cpu"
+    if args.device == "gpu" and not host.gpus:
+        p.error("--device gpu: no GPU visible to TensorFlow")
+    if args.precisions == "auto":
+        precisions = list(host.native_precisions(args.device))
+    else:
+        precisions = [x for x in args.precisions.split(",") if x]
+        bad = set(precisions) - set(PRECISIONS)
+        if bad:
+            p.error(f"unknown precision(s) {', '.join(sorted(bad))}; known: {', '.join(PRECISIONS)}")
     args.mg_python_ok = bool(args.mg_python) and os.path.isfile(args.mg_python) and os.access(args.mg_python, os.X_OK)
     mg = ",mg" if args.mg_python_ok else ""
-    args.impls = args.impls or f"tf,tf_xla{mg},torch,torch1"
-    args.train_impls = args.train_impls or f"tf,tf_xopt,tf_xla{mg},torch,torch1"
+    torch1 = ",torch1" if args.device == "cpu" else ""  # a thread setting: CPU only
+    user_impls = args.impls
+    args.impls = args.impls or f"tf,tf_xla{mg},torch{torch1}"
+    args.train_impls = args.train_impls or f"tf,tf_xopt,tf_xla{mg},torch{torch1}"
     parse = lambda s: [tuple(int(v) for v in x.split("x")) for x in s.split(",") if x]  # noqa: E731
     groups = []
     if args.quick:
         args.reps, args.warmup = min(args.reps, 3), 1
         groups = [("infer", 1, 128)]
-        args.impls = "tf,tf_xla,torch,torch1"
+        args.impls = user_impls or "tf,tf_xla,torch" + torch1
         if args.out == p.get_default("out"):
             args.out = os.path.join(HERE, "results", "backbone_quick.json")
     else:
@@ -653,6 +807,10 @@ def main(argv=None):
     print(f"machine: {info['nproc']} cpu(s), {info['cpu_model']}; TF {info['versions'].get('tensorflow')}, "
           f"torch {info['versions'].get('torch')}, transformers {info['versions'].get('transformers')}; "
           f"TF_ENABLE_ONEDNN_OPTS={info['TF_ENABLE_ONEDNN_OPTS']}; load {os.getloadavg()}", flush=True)
+    info.update(device=args.device, host=host.describe(), gpu_capabilities=list(host.gpus),
+                native_precisions=list(host.native_precisions(args.device)))
+    print(f"device: {args.device} ({host.describe()}); precisions: {', '.join(precisions)} "
+          f"(native here: {', '.join(info['native_precisions'])})", flush=True)
     print(f"Model Garden python: {args.mg_python if args.mg_python_ok else 'not found'}"
           f"{'' if args.mg_python_ok else ' (mg rows skipped; benchmarks/setup_peer_model_garden.sh makes it)'}",
           flush=True)
@@ -662,11 +820,13 @@ def main(argv=None):
         for mode, b, s in groups:
             impls = [i for i in (args.impls if mode == "infer" else args.train_impls).split(",")
                      if i and (not i.startswith("tf_xopt") or mode == "train")]
-            print(f"... {mode} {b}x{s}: {', '.join(impls)} ({args.reps} interleaved reps)", flush=True)
-            r, sk = run_group(mode, b, s, impls, args, log)
+            print(f"... {mode} {b}x{s}: {', '.join(impls)} x {', '.join(precisions)} ({args.reps} interleaved reps)",
+                  flush=True)
+            r, sk = run_group(mode, b, s, impls, args, log, precisions)
             rows += r
             skipped += sk
     print()
+    add_precision_ratios(rows)
     print_table(rows)
     print_skipped(skipped)
     goals = goal_summary(rows)
@@ -675,7 +835,7 @@ def main(argv=None):
     result = {"command": " ".join([os.path.relpath(sys.executable, ROOT), "benchmarks/backbone.py"] +
                                   (sys.argv[1:] if argv is None else list(argv))),
               "machine": info, "model_garden_python": args.mg_python if args.mg_python_ok else None,
-              "model_shape": args.shape, "reps": args.reps, "warmup": args.warmup,
+              "model_shape": args.shape, "reps": args.reps, "warmup": args.warmup, "precisions": precisions,
               "train_dropout": args.train_dropout, "torch_threads": args.torch_threads,
               "loss": "mean(sequence_output**2); Adam lr 1e-5 on every weight the forward uses",
               "inputs": "random ids, two segments (A|B halves), all-ones padding mask",

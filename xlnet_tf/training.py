@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import math
 import os
 import shutil
@@ -38,9 +39,10 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
-from xlnet_tf import optimization
+from xlnet_tf import hardware, optimization
 
-PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+PRECISIONS = hardware.PRECISIONS
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -155,20 +157,49 @@ class Progress:
             self.stream.flush()
 
 
-def default_jit(strategy: tf.distribute.Strategy, precision: str = "float32") -> str:
-    """The ``jit_compile=None`` choice (see TrainConfig), measured, not assumed (BUILD.md, "XLA where it pays").
-    float16 always takes the whole step: TF's CPU kernels have no fast float16 matmul (measured: a small model's
-    SQuAD run in graph mode had not reached step 20 after 16 min, against 0.7 s/step in float32), while XLA:CPU
-    computes 16-bit matmuls in float32."""
-    if strategy.num_replicas_in_sync != 1 or isinstance(strategy, tf.distribute.TPUStrategy):
-        return "off"
+def _device_kind(strategy: tf.distribute.Strategy) -> str:
+    """"tpu", "gpu" (the strategy's devices, or TensorFlow's placement for the default strategy) or "cpu"."""
+    if isinstance(strategy, tf.distribute.TPUStrategy):
+        return "tpu"
     try:
         devices = list(strategy.extended.worker_devices)
     except RuntimeError:  # the default strategy: TensorFlow's placement, a GPU when there is one
         devices = [d.name for d in tf.config.list_logical_devices("GPU")] or ["CPU:0"]
-    if any("GPU" in d.upper() for d in devices) or precision == "mixed_float16":
+    return "gpu" if any("GPU" in d.upper() for d in devices) else "cpu"
+
+
+def default_jit(strategy: tf.distribute.Strategy, precision: str = "float32") -> str:
+    """The ``jit_compile=None`` choice (see TrainConfig), measured, not assumed (BUILD.md, "XLA where it pays").
+    float16 on a CPU takes the whole step: TF's CPU kernels have no fast float16 matmul (measured: a small model's
+    SQuAD run in graph mode had not reached step 20 after 16 min, against 0.7 s/step in float32), while XLA:CPU
+    computes 16-bit matmuls in float32. bfloat16 on a CPU keeps forward and backward on the graph: oneDNN's
+    bfloat16 kernels (AMX, AVX-512 BF16) exist only there, XLA:CPU does not call them (BUILD.md "Mixed precision
+    by host")."""
+    if strategy.num_replicas_in_sync != 1 or isinstance(strategy, tf.distribute.TPUStrategy):
+        return "off"
+    if _device_kind(strategy) == "gpu" or precision == "mixed_float16":
         return "step"
     return "update"
+
+
+_WARNED = set()
+
+
+def check_precision(strategy: tf.distribute.Strategy, precision: str,
+                    host: Optional[hardware.Host] = None) -> Optional[str]:
+    """Logs (once per process and message) a warning when ``precision`` is slower than float32 on the devices
+    of ``strategy`` (``hardware.precision_warning``); returns the message, or None. ``host`` defaults to
+    ``hardware.detect()``; TPUs compute bfloat16 natively and are not checked."""
+    if precision == "float32":
+        return None
+    device = _device_kind(strategy)
+    if device == "tpu":
+        return None
+    note = hardware.precision_warning(precision, host or hardware.detect(), device)
+    if note and note not in _WARNED:
+        _WARNED.add(note)
+        log.warning(note)
+    return note
 
 
 class Trainer:
@@ -181,6 +212,7 @@ class Trainer:
         self.is_chief = bool(strategy.extended.should_checkpoint)
         self.fp16 = cfg.precision == "mixed_float16"
         self.jit = cfg.jit_compile or default_jit(strategy, cfg.precision)
+        check_precision(strategy, cfg.precision)
         self._dataset_fn = dataset_fn
 
         keras.utils.set_random_seed(cfg.seed)
@@ -423,6 +455,8 @@ def predict(model, dataset: tf.data.Dataset, strategy: Optional[tf.distribute.St
     dist = strategy.experimental_distribute_dataset(dataset)
     forward = lambda f: dict(output_fn(f, model(f, training=False)))  # noqa: E731
     policy = getattr(getattr(model, "dtype_policy", None), "name", "float32")
+    if policy in PRECISIONS:
+        check_precision(strategy, policy)
     if policy == "mixed_float16" and default_jit(strategy, policy) == "step":
         forward = tf.function(forward, jit_compile=True)  # as training: on a CPU only XLA has fast float16
 

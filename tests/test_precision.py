@@ -1,0 +1,243 @@
+"""Mixed precision: the host detection behind ``--jit=auto`` and the precision warning (xlnet_tf/hardware.py,
+injected cpuinfo text and GPU capabilities), and the numerics of mixed_bfloat16 against float32 on real text.
+
+Tolerance of the backbone outputs (derived, then checked): bfloat16 keeps 8 significant bits, so one rounding to
+nearest has a relative error of at most u = 2^-8 (3.9e-3), RMS u/sqrt(3) (2.3e-3) for an error spread evenly.
+Under ``mixed_bfloat16`` a block rounds about k = 8 tensors on the path of a token's hidden state (its input,
+q/k/v and the positional projection, the attention output, the FFN input, hidden and output); the weights are
+rounded as well, but matmuls accumulate in float32 and LayerNorm/softmax statistics stay float32, so no error
+grows with the sum length. Independent roundings add in quadrature and the residual stream carries them through
+LayerNorm (which rescales a vector, not its relative error): after L blocks the RMS relative error of a token's
+hidden state is about (u/sqrt(3)) * sqrt(1 + k L). The test allows twice that, EPS = 2 (u/sqrt(3)) sqrt(1 + 8 L)
+(L = 2: 1.9e-2), for the mean per-token relative L2 error, 2 EPS for the worst token, and cosine similarity
+>= 1 - EPS^2 / 2 over the whole output (the cosine of a vector with a perpendicular relative error EPS). It also
+requires the error to be above u / 8, so a model that silently ran in float32 fails.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from conftest import shared_path  # noqa: E402
+
+from xlnet_tf import XLNetConfig, hardware, training  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+AMX_CPUINFO = """processor\t: 0
+vendor_id\t: GenuineIntel
+model name\t: Intel(R) Xeon(R) Platinum 8488C
+flags\t\t: fpu vme sse sse2 avx avx2 fma avx512f avx512bw avx512_bf16 avx512_fp16 amx_bf16 amx_tile amx_int8
+processor\t: 1
+flags\t\t: fpu vme sse sse2 avx avx2 fma avx512f avx512bw avx512_bf16 avx512_fp16 amx_bf16 amx_tile amx_int8
+"""
+AVX512_BF16_LSCPU = """Architecture:            x86_64
+Model name:              AMD EPYC 9R14
+Flags:                   fpu sse sse2 avx avx2 fma avx512f avx512bw avx512_bf16 avx512_vnni
+"""
+AVX2_CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+model name\t: AMD EPYC
+flags\t\t: fpu vme sse sse2 ssse3 fma avx avx2 bmi2
+"""
+AVX512_NO_BF16 = "flags\t: fpu sse2 avx avx2 avx512f avx512bw avx512vl avx512_vnni\n"
+
+U = 2.0 ** -8  # bfloat16 unit roundoff (8 significant bits)
+
+
+def eps(n_layer, k=8):
+    return 2 * (U / math.sqrt(3)) * math.sqrt(1 + k * n_layer)
+
+
+# --------------------------------------------------------------------------- host detection
+def test_cpu_flags_from_cpuinfo_and_lscpu():
+    assert {"amx_bf16", "avx512_bf16", "avx2"} <= hardware.cpu_flags(AMX_CPUINFO)
+    assert "avx512_bf16" in hardware.cpu_flags(AVX512_BF16_LSCPU)
+    assert "amx_bf16" not in hardware.cpu_flags(AVX2_CPUINFO) and "avx2" in hardware.cpu_flags(AVX2_CPUINFO)
+    assert hardware.cpu_flags("") == frozenset()
+    assert hardware.cpu_flags("model name : flags of a kind\n") == frozenset()  # only the flags field counts
+
+
+@pytest.mark.parametrize("text, native", [(AMX_CPUINFO, True), (AVX512_BF16_LSCPU, True),
+                                          (AVX2_CPUINFO, False), (AVX512_NO_BF16, False), ("", False)])
+def test_native_bf16_on_the_cpu(text, native):
+    host = hardware.detect(cpuinfo=text, gpus=())
+    assert host.cpu_bf16 is native
+    assert host.native("mixed_bfloat16", "cpu") is native
+    assert host.native("float32", "cpu") and not host.native("mixed_float16", "cpu")
+    assert host.native_precisions("cpu") == (("float32", "mixed_bfloat16") if native else ("float32",))
+    assert host.amx is (text is AMX_CPUINFO)
+
+
+@pytest.mark.parametrize("caps, bf16, fp16", [([(8, 0)], True, True), ([(9, 0), (8, 6)], True, True),
+                                              ([(7, 5)], False, True), ([(7, 0)], False, True),
+                                              ([(6, 1)], False, False), ([(8, 0), (7, 5)], False, True),
+                                              ([], False, False)])
+def test_native_16_bit_on_gpus(caps, bf16, fp16):
+    host = hardware.detect(cpuinfo=AMX_CPUINFO, gpus=caps)
+    assert host.native("mixed_bfloat16", "gpu") is bf16  # every visible GPU must have it
+    assert host.native("mixed_float16", "gpu") is fp16
+    assert (hardware.precision_warning("mixed_bfloat16", host, "gpu") is None) is bf16
+
+
+def test_precision_warning_text():
+    slow = hardware.detect(cpuinfo=AVX2_CPUINFO, gpus=())
+    fast = hardware.detect(cpuinfo=AMX_CPUINFO, gpus=())
+    note = hardware.precision_warning("mixed_bfloat16", slow, "cpu")
+    assert "without native bfloat16" in note and "0.71x float32" in note and "--precision=float32" in note
+    assert hardware.precision_warning("mixed_bfloat16", fast, "cpu") is None
+    assert hardware.precision_warning("float32", slow, "cpu") is None
+    assert "0.60x float32" in hardware.precision_warning("mixed_float16", fast, "cpu")  # float16: slow on any CPU
+    with pytest.raises(ValueError, match="precision"):
+        fast.native("bfloat16")
+
+
+def test_jit_auto_by_host():
+    """--jit=auto on one CPU: bfloat16 keeps forward and backward on the graph (oneDNN's bf16 kernels are only
+    there), float16 compiles the whole step; on a GPU the whole step; several devices: off."""
+    one = tf.distribute.get_strategy()
+    on_gpu = bool(tf.config.list_logical_devices("GPU"))
+    expect = {"float32": "update", "mixed_bfloat16": "update", "mixed_float16": "step"}
+    for precision, jit in expect.items():
+        assert training.default_jit(one, precision) == ("step" if on_gpu else jit)
+
+
+def test_trainer_warns_once_on_a_cpu_without_bf16(monkeypatch, caplog):
+    sys.path.insert(0, HERE)
+    from train_toy import make_dataset_fn, make_model
+
+    if tf.config.list_logical_devices("GPU"):
+        pytest.skip("a GPU is visible: the CPU warning does not apply")
+    monkeypatch.setattr(training, "_WARNED", set())
+    hosts = {"avx2": hardware.detect(cpuinfo=AVX2_CPUINFO, gpus=()),
+             "amx": hardware.detect(cpuinfo=AMX_CPUINFO, gpus=())}
+    cfg = training.TrainConfig(learning_rate=1e-2, train_steps=1, progress=False, precision="mixed_bfloat16",
+                               jit_compile=None)
+    expected = hardware.precision_warning("mixed_bfloat16", hosts["avx2"], "cpu")
+    for kind, warns in (("amx", []), ("avx2", [expected]), ("avx2", [])):  # the second time: already said
+        monkeypatch.setattr(hardware, "detect", lambda *a, **k: hosts[kind])
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="xlnet_tf.training"):
+            tr = training.Trainer(make_model(), make_dataset_fn(4), cfg)
+        assert tr.jit == "update"  # graph mode (oneDNN) + XLA optimizer update, on either CPU
+        assert [r.getMessage() for r in caplog.records if "bfloat16" in r.getMessage()] == warns
+    assert len(training._WARNED) == 1
+
+
+# --------------------------------------------------------------------------- numerics on real text
+SMALL = dict(n_layer=2, d_model=128, n_head=4, d_head=32, d_inner=512, n_token=32000, ff_activation="gelu",
+             untie_r=True, dropout=0.1, dropatt=0.1, initializer_range=0.02)
+SEQ = 64
+
+
+@pytest.fixture(scope="module")
+def sst2():
+    """SST-2 train (first 2,048) and dev (all 872) sentences as classification features (real text, the
+    released spiece.model)."""
+    from tasks.classification.features import encode_texts
+    from tasks.classification.registry import get_task
+    from xlnet_tf import XLNetTokenizer
+
+    spm = shared_path("spiece", "spiece.model")
+    data_dir = os.path.dirname(shared_path("glue", "SST-2", "dev.tsv"))
+    task = get_task("sst-2")
+    tok = XLNetTokenizer(spm)
+    out = {}
+    for split, n in (("train", 2048), ("dev", None)):
+        examples = task.get_examples(data_dir, split)[:n]
+        feats = encode_texts(tok, [ex.text_a for ex in examples], max_seq_length=SEQ)
+        feats["label"] = np.asarray([task.label_id(ex.label) for ex in examples], np.int32)
+        out[split] = feats
+    return out
+
+
+def _with_policy(policy, fn):
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        return fn()
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+
+
+def _relative_errors(ref, got, mask):
+    """Per real token: ||got - ref|| / ||ref|| over d_model; and the cosine similarity of the whole output."""
+    ref, got = ref.astype(np.float64), got.astype(np.float64)
+    real = mask.astype(bool)
+    rel = np.linalg.norm(got - ref, axis=-1)[real] / np.linalg.norm(ref, axis=-1)[real]
+    a, b = ref[real].ravel(), got[real].ravel()
+    return rel, float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def test_bf16_backbone_outputs_within_the_stated_tolerance(sst2):
+    from xlnet_tf.modeling import XLNetModel
+
+    cfg = XLNetConfig(**SMALL)
+    feats = {k: v[:256] for k, v in sst2["dev"].items()}
+    keras.utils.set_random_seed(3)
+    f32 = XLNetModel(cfg, seed=0)
+    bf16 = _with_policy("mixed_bfloat16", lambda: XLNetModel(cfg, seed=0))
+    args = [tf.constant(feats[k]) for k in ("input_ids", "segment_ids", "padding_mask")]
+
+    def run(model):
+        fn = tf.function(lambda ids, seg, mask: model(ids, segment_ids=seg, padding_mask=mask,
+                                                      training=False)["sequence_output"])
+        return fn(*args)
+
+    ref = run(f32)
+    run(bf16)  # builds the variables
+    bf16.set_weights(f32.get_weights())  # mixed policy: float32 variables, the same values
+    got = run(bf16)
+    assert got.dtype == tf.bfloat16 and ref.dtype == tf.float32
+    rel, cos = _relative_errors(ref.numpy(), got.numpy().astype(np.float32), feats["padding_mask"])
+    e = eps(cfg.n_layer)
+    print(f"\nbf16 vs float32, {len(rel)} real tokens of {len(args[0])} SST-2 dev sentences: relative L2 error "
+          f"mean {rel.mean():.2e} max {rel.max():.2e} (bound {e:.2e}, {2 * e:.2e}); cosine 1 - {1 - cos:.2e} "
+          f"(bound 1 - {e * e / 2:.2e})")
+    assert rel.mean() <= e and rel.max() <= 2 * e
+    assert cos >= 1 - e * e / 2
+    assert rel.mean() > U / 8  # the computation did run in bfloat16
+
+
+def test_bf16_classifier_gives_the_float32_label_on_sst2_dev(sst2):
+    """A tiny classifier trained 60 steps in float32 on SST-2 train, then its weights in a mixed_bfloat16 model:
+    the same predicted label on >= 99% of SST-2 dev."""
+    from heads.classification import ClassificationHead
+    from xlnet_tf.task_model import TaskModel
+
+    cfg = XLNetConfig(**dict(SMALL, n_layer=2, d_model=64, n_head=2, d_inner=256))
+    make = lambda: TaskModel(cfg, ClassificationHead(cfg.d_model, 2, dropout=0.1), seed=0)  # noqa: E731
+    train = sst2["train"]
+
+    def dataset_fn(ctx):
+        ds = tf.data.Dataset.from_tensor_slices(train).shuffle(2048, seed=1)
+        return ds.repeat().batch(32, drop_remainder=True)
+
+    tc = training.TrainConfig(learning_rate=1e-3, train_steps=60, warmup_steps=6, progress=False, seed=5)
+    f32 = training.Trainer(make, dataset_fn, tc).train().model
+    dev = {k: v for k, v in sst2["dev"].items()}
+    ds = tf.data.Dataset.from_tensor_slices(dev).batch(128)
+    bf16 = _with_policy("mixed_bfloat16", make)
+    bf16.build_with({k: v[:1] for k, v in dev.items()})
+    bf16.set_weights(f32.get_weights())
+    ref = training.predict(f32, ds)["logits"]
+    got = training.predict(bf16, ds)["logits"]
+    pred_ref, pred_got = ref.argmax(-1), got.argmax(-1)
+    agree = float(np.mean(pred_ref == pred_got))
+    acc = float(np.mean(pred_ref == dev["label"]))
+    margin = np.abs(ref[:, 1] - ref[:, 0])
+    print(f"\nSST-2 dev ({len(pred_ref)}): float32 accuracy {acc:.3f}; bf16 label = float32 label on {agree:.4f}; "
+          f"|logit margin| median {np.median(margin):.3f}, min {margin.min():.2e}; "
+          f"logit difference max {np.abs(got - ref).max():.2e}")
+    # The margins mean something: the float32 model learned (above chance) and predicts both labels.
+    assert acc > 0.6 and 0.1 < pred_ref.mean() < 0.9
+    assert agree >= 0.99
