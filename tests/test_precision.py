@@ -8,10 +8,11 @@ q/k/v and the positional projection, the attention output, the FFN input, hidden
 rounded as well, but matmuls accumulate in float32 and LayerNorm/softmax statistics stay float32, so no error
 grows with the sum length. Independent roundings add in quadrature and the residual stream carries them through
 LayerNorm (which rescales a vector, not its relative error): after L blocks the RMS relative error of a token's
-hidden state is about (u/sqrt(3)) * sqrt(1 + k L). The test allows twice that, EPS = 2 (u/sqrt(3)) sqrt(1 + 8 L)
-(L = 2: 1.9e-2), for the mean per-token relative L2 error, 2 EPS for the worst token, and cosine similarity
->= 1 - EPS^2 / 2 over the whole output (the cosine of a vector with a perpendicular relative error EPS). It also
-requires the error to be above u / 8, so a model that silently ran in float32 fails.
+hidden state is about EPS = (u/sqrt(3)) * sqrt(1 + k L) (L = 2: 9.3e-3). The test holds the mean per-token
+relative L2 error to EPS (the mean is at most the RMS), the worst token to 2 EPS, and the cosine similarity of
+the whole output to >= 1 - EPS^2 / 2 (the cosine of a vector with a perpendicular relative error EPS); measured
+here (128 SST-2 dev sentences, 3,583 tokens): mean 4.9e-3, worst 7.2e-3, cosine 1 - 1.2e-5. It also requires the
+mean error to be above u / 8, so a model that silently ran in float32 fails.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ U = 2.0 ** -8  # bfloat16 unit roundoff (8 significant bits)
 
 
 def eps(n_layer, k=8):
-    return 2 * (U / math.sqrt(3)) * math.sqrt(1 + k * n_layer)
+    return (U / math.sqrt(3)) * math.sqrt(1 + k * n_layer)
 
 
 # --------------------------------------------------------------------------- host detection
@@ -136,13 +137,13 @@ def test_trainer_warns_once_on_a_cpu_without_bf16(monkeypatch, caplog):
 # --------------------------------------------------------------------------- numerics on real text
 SMALL = dict(n_layer=2, d_model=128, n_head=4, d_head=32, d_inner=512, n_token=32000, ff_activation="gelu",
              untie_r=True, dropout=0.1, dropatt=0.1, initializer_range=0.02)
-SEQ = 64
+SEQ = 48
 
 
 @pytest.fixture(scope="module")
 def sst2():
-    """SST-2 train (first 2,048) and dev (all 872) sentences as classification features (real text, the
-    released spiece.model)."""
+    """SST-2 train (first 4,096) and dev (all 872) sentences as classification features (real text, the
+    released spiece.model; seq 48 holds 93% of the dev sentences whole, median 26 pieces)."""
     from tasks.classification.features import encode_texts
     from tasks.classification.registry import get_task
     from xlnet_tf import XLNetTokenizer
@@ -152,7 +153,7 @@ def sst2():
     task = get_task("sst-2")
     tok = XLNetTokenizer(spm)
     out = {}
-    for split, n in (("train", 2048), ("dev", None)):
+    for split, n in (("train", 4096), ("dev", None)):
         examples = task.get_examples(data_dir, split)[:n]
         feats = encode_texts(tok, [ex.text_a for ex in examples], max_seq_length=SEQ)
         feats["label"] = np.asarray([task.label_id(ex.label) for ex in examples], np.int32)
@@ -182,7 +183,7 @@ def test_bf16_backbone_outputs_within_the_stated_tolerance(sst2):
     from xlnet_tf.modeling import XLNetModel
 
     cfg = XLNetConfig(**SMALL)
-    feats = {k: v[:256] for k, v in sst2["dev"].items()}
+    feats = {k: v[:128] for k, v in sst2["dev"].items()}
     keras.utils.set_random_seed(3)
     f32 = XLNetModel(cfg, seed=0)
     bf16 = _with_policy("mixed_bfloat16", lambda: XLNetModel(cfg, seed=0))
@@ -209,23 +210,24 @@ def test_bf16_backbone_outputs_within_the_stated_tolerance(sst2):
 
 
 def test_bf16_classifier_gives_the_float32_label_on_sst2_dev(sst2):
-    """A tiny classifier trained 60 steps in float32 on SST-2 train, then its weights in a mixed_bfloat16 model:
-    the same predicted label on >= 99% of SST-2 dev."""
+    """A tiny classifier trained 120 steps in float32 on SST-2 train (dev accuracy ~0.70 against 0.51 for the
+    majority class), then its weights in a mixed_bfloat16 model: the same predicted label on >= 99% of SST-2 dev
+    (measured here: 100%, largest logit difference 5e-3 against a median |margin| of 0.25)."""
     from heads.classification import ClassificationHead
     from xlnet_tf.task_model import TaskModel
 
-    cfg = XLNetConfig(**dict(SMALL, n_layer=2, d_model=64, n_head=2, d_inner=256))
-    make = lambda: TaskModel(cfg, ClassificationHead(cfg.d_model, 2, dropout=0.1), seed=0)  # noqa: E731
+    cfg = XLNetConfig(**dict(SMALL, n_layer=2, d_model=64, n_head=2, d_inner=256, dropout=0.0, dropatt=0.0))
+    make = lambda: TaskModel(cfg, ClassificationHead(cfg.d_model, 2, dropout=0.0), seed=0)  # noqa: E731
     train = sst2["train"]
 
     def dataset_fn(ctx):
-        ds = tf.data.Dataset.from_tensor_slices(train).shuffle(2048, seed=1)
+        ds = tf.data.Dataset.from_tensor_slices(train).shuffle(4096, seed=1)
         return ds.repeat().batch(32, drop_remainder=True)
 
-    tc = training.TrainConfig(learning_rate=1e-3, train_steps=60, warmup_steps=6, progress=False, seed=5)
+    tc = training.TrainConfig(learning_rate=2e-3, train_steps=120, warmup_steps=12, progress=False, seed=5)
     f32 = training.Trainer(make, dataset_fn, tc).train().model
     dev = {k: v for k, v in sst2["dev"].items()}
-    ds = tf.data.Dataset.from_tensor_slices(dev).batch(128)
+    ds = tf.data.Dataset.from_tensor_slices(dev).batch(256)
     bf16 = _with_policy("mixed_bfloat16", make)
     bf16.build_with({k: v[:1] for k, v in dev.items()})
     bf16.set_weights(f32.get_weights())
