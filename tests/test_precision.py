@@ -243,3 +243,33 @@ def test_bf16_classifier_gives_the_float32_label_on_sst2_dev(sst2):
     # The margins mean something: the float32 model learned (above chance) and predicts both labels.
     assert acc > 0.6 and 0.1 < pred_ref.mean() < 0.9
     assert agree >= 0.99
+
+
+# --------------------------------------------------------------------------- the benchmark's precision columns
+def test_backbone_benchmark_ratios_and_goals_per_precision():
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import backbone
+
+    def row(impl, precision, t, mode="infer"):
+        return {"mode": mode, "batch": 8, "seq": 128, "impl": impl, "precision": precision, "times_s": [t] * 3,
+                "tokens_per_s": 8 * 128 / t}
+
+    rows = [row("tf", "float32", 1.0), row("tf_xla", "float32", 1.2), row("torch", "float32", 2.0),
+            row("tf", "mixed_bfloat16", 0.3), row("torch", "mixed_bfloat16", 1.0), row("torch1", "mixed_bfloat16", 0.5)]
+    backbone.add_precision_ratios(rows)
+    by = {(r["impl"], r["precision"]): r for r in rows}
+    assert by["tf", "mixed_bfloat16"]["vs_our_float32"] == pytest.approx(1.0 / 0.3)
+    assert by["tf_xla", "float32"]["vs_our_float32"] == pytest.approx(1.0 / 1.2)
+    assert by["torch", "mixed_bfloat16"]["vs_own_float32"] == pytest.approx(2.0)
+    assert "vs_own_float32" not in by["torch1", "mixed_bfloat16"]  # no float32 torch1 row
+    f32, bf16 = backbone.goal_summary(rows)
+    assert (f32["precision"], bf16["precision"]) == ("float32", "mixed_bfloat16")
+    assert f32["best_peer_source"] == "estimate" and "ratio_vs_our_float32" not in f32
+    # bf16: against our float32 (>= 3x at inference) and the best HF variant in bf16 (torch1 here, >= 1.5x)
+    assert bf16["ratio_vs_our_float32"] == pytest.approx(1.0 / 0.3) and bf16["goal_vs_float32_met"]
+    assert bf16["best_peer_impl"] == "torch1" and bf16["best_peer_source"] == "hf_only"
+    assert bf16["ratio_vs_best_peer_same_run"] == pytest.approx(0.5 / 0.3) and bf16["goal_met_same_run"]
+    (tb,) = [g for g in backbone.goal_summary([row("tf", "float32", 1.0, "train"),
+                                                row("tf", "mixed_bfloat16", 0.6, "train")])
+             if g["precision"] == "mixed_bfloat16"]
+    assert not tb["goal_vs_float32_met"]  # 1.67x < the 2x wanted in training
