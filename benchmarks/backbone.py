@@ -338,6 +338,45 @@ def _build_mg(spec):
     return lambda: step(ids, seg, mask).numpy()
 
 
+def matmul_probe(n: int, rounds: int = 7, calls: int = 3) -> dict:
+    """GFLOP/s of an n x n ``tf.matmul`` in each 16-bit dtype against float32 on this process's device (oneDNN on):
+    ``rounds`` interleaved rounds of ``calls`` calls each, medians. Says in a few seconds whether the host has
+    native 16-bit matmuls (a 16-bit / float32 ratio above 1)."""
+    import tensorflow as tf
+
+    a = tf.random.stateless_normal([n, n], seed=[1, 2])
+    fn = tf.function(lambda x: tf.reduce_sum(tf.cast(tf.matmul(x, x), tf.float32)))
+    dtypes = {"float32": tf.float32, "bfloat16": tf.bfloat16, "float16": tf.float16}
+    xs = {k: tf.cast(a, d) for k, d in dtypes.items()}
+    times = {k: [] for k in dtypes}
+    for k in dtypes:
+        fn(xs[k]).numpy()  # trace and warm up
+    for r in range(rounds):
+        for k in (list(dtypes) if r % 2 == 0 else list(dtypes)[::-1]):
+            t = time.perf_counter()
+            for _ in range(calls):
+                fn(xs[k]).numpy()
+            times[k].append((time.perf_counter() - t) / calls)
+    gflops = {k: 2.0 * n ** 3 / statistics.median(v) / 1e9 for k, v in times.items()}
+    return {"n": n, "rounds": rounds, "calls": calls, "gflops": gflops,
+            "vs_float32": {k: g / gflops["float32"] for k, g in gflops.items()}, "times_s": times}
+
+
+def run_matmul_probe(n: int, args, log) -> dict:
+    """``matmul_probe`` in a worker process (the workers' environment and device)."""
+    env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS=os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1"),
+               TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
+    if args.device == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--matmul-worker", str(n)], env=env, cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=log, text=True, check=True).stdout
+    res = json.loads(next(ln for ln in out.splitlines() if ln.startswith(PROTO))[len(PROTO):])
+    print(f"matmul {n}x{n} ({args.device}, median of {res['rounds']}x{res['calls']}, interleaved): " +
+          ", ".join(f"{k} {g:.1f} GFLOP/s ({res['vs_float32'][k]:.2f}x)" for k, g in res["gflops"].items()),
+          flush=True)
+    return res
+
+
 def worker(spec_json: str) -> None:
     spec = json.loads(spec_json)
     t0 = time.perf_counter()
@@ -728,6 +767,10 @@ def print_skipped(skipped):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--worker", help=argparse.SUPPRESS)
+    p.add_argument("--matmul-worker", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--matmul", type=int, default=2048,
+                   help="first, an N x N tf.matmul in float32 / bfloat16 / float16 (GFLOP/s; shows whether this host "
+                        "has native 16-bit matmuls); 0 skips it (--quick skips it)")
     p.add_argument("--quick", action="store_true",
                    help="one small configuration (inference 1x128; ours and HF only), < 2 min")
     p.add_argument("--reps", type=int, default=5, help="timed repetitions per configuration (median reported)")
@@ -762,6 +805,10 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.worker:
         return worker(args.worker)
+    if args.matmul_worker:
+        os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+        print(PROTO + json.dumps(matmul_probe(args.matmul_worker)), flush=True)
+        return None
 
     args.shape = dict(BASE, n_layer=args.n_layer)
     host = detect_host(args.device)
@@ -785,7 +832,7 @@ def main(argv=None):
     parse = lambda s: [tuple(int(v) for v in x.split("x")) for x in s.split(",") if x]  # noqa: E731
     groups = []
     if args.quick:
-        args.reps, args.warmup = min(args.reps, 3), 1
+        args.reps, args.warmup, args.matmul = min(args.reps, 3), 1, 0
         groups = [("infer", 1, 128)]
         args.impls = user_impls or "tf,tf_xla,torch" + torch1
         if args.out == p.get_default("out"):
@@ -817,6 +864,7 @@ def main(argv=None):
     t_start = time.time()
     rows, skipped = [], []
     with open(args.log, "w") as log:
+        matmul = run_matmul_probe(args.matmul, args, log) if args.matmul else None
         for mode, b, s in groups:
             impls = [i for i in (args.impls if mode == "infer" else args.train_impls).split(",")
                      if i and (not i.startswith("tf_xopt") or mode == "train")]
@@ -836,6 +884,7 @@ def main(argv=None):
                                   (sys.argv[1:] if argv is None else list(argv))),
               "machine": info, "model_garden_python": args.mg_python if args.mg_python_ok else None,
               "model_shape": args.shape, "reps": args.reps, "warmup": args.warmup, "precisions": precisions,
+              "matmul": matmul,
               "train_dropout": args.train_dropout, "torch_threads": args.torch_threads,
               "loss": "mean(sequence_output**2); Adam lr 1e-5 on every weight the forward uses",
               "inputs": "random ids, two segments (A|B halves), all-ones padding mask",
