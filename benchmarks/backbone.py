@@ -775,7 +775,8 @@ def main(argv=None):
                    help="one small configuration (inference 1x128; ours and HF only), < 2 min")
     p.add_argument("--reps", type=int, default=5, help="timed repetitions per configuration (median reported)")
     p.add_argument("--warmup", type=int, default=2, help="untimed calls per worker first (incl. compilation)")
-    p.add_argument("--modes", default="infer,train", help="comma list of infer,train")
+    p.add_argument("--modes", default="infer,train",
+                   help="comma list of infer,train; 'matmul' alone: only the --matmul probe")
     p.add_argument("--infer-shapes", default="8x128,2x512,1x512", help="batch x seq list for inference")
     p.add_argument("--train-shapes", default="8x128,2x512", help="batch x seq list for training")
     p.add_argument("--shapes", help="override both shape lists")
@@ -839,6 +840,8 @@ def main(argv=None):
             args.out = os.path.join(HERE, "results", "backbone_quick.json")
     else:
         modes = args.modes.split(",")
+        if set(modes) - {"infer", "train", "matmul"}:
+            p.error(f"--modes: expected a comma list of infer,train (or matmul), got {args.modes!r}")
         ishapes = parse(args.shapes or args.infer_shapes)
         tshapes = parse(args.shapes or args.train_shapes)
         groups = [("infer", b, s) for b, s in ishapes if "infer" in modes]
@@ -873,12 +876,14 @@ def main(argv=None):
             r, sk = run_group(mode, b, s, impls, args, log, precisions)
             rows += r
             skipped += sk
-    print()
     add_precision_ratios(rows)
-    print_table(rows)
+    if rows:
+        print()
+        print_table(rows)
     print_skipped(skipped)
     goals = goal_summary(rows)
-    print_goals(goals)
+    if goals:
+        print_goals(goals)
     baseline = baseline_summary(rows) if args.baseline_root else []
     result = {"command": " ".join([os.path.relpath(sys.executable, ROOT), "benchmarks/backbone.py"] +
                                   (sys.argv[1:] if argv is None else list(argv))),

@@ -19,11 +19,14 @@ PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 NATIVE_BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
 # Lowest GPU compute capability with native (tensor-core) matmuls in that precision.
 GPU_MIN_CAPABILITY = {"mixed_bfloat16": (8, 0), "mixed_float16": (7, 0)}
-# Measured on a 2-core AMD EPYC (AVX2, no AVX-512), TF 2.21 with oneDNN on (PERFORMANCE.md, "bf16 on a host
-# without native bf16"): speed relative to float32.
+# Speed relative to float32 on CPUs without native 16-bit matmuls, TF 2.21 with oneDNN on (PERFORMANCE.md: the
+# matmuls and XLNet-Base on a 2-core AMD EPYC with AVX2, "bf16 on a host without native bf16"; the SQuAD step
+# in the trade-off study).
 SLOW_ON_CPU = {
-    "mixed_bfloat16": "bfloat16 ran at 0.71x float32 on a 2048x2048 matmul and 0.5-0.8x on the XLNet backbone",
-    "mixed_float16": "float16 ran at 0.60x float32 on a SQuAD fine-tuning step (whole-step XLA)",
+    "mixed_bfloat16": "bfloat16 ran at 0.70x float32 on a 2048x2048 matmul and at 0.82x (CPU time) on an "
+                      "XLNet-Base training step",
+    "mixed_float16": "float16 ran at 0.65x float32 on a 2048x2048 matmul and at 0.60x on a small SQuAD "
+                     "fine-tuning step (whole-step XLA)",
 }
 
 
