@@ -102,7 +102,7 @@ def test_precision_warning_text():
         fast.native("bfloat16")
 
 
-def test_jit_auto_by_host():
+def test_jit_auto_keeps_bf16_on_the_graph_on_a_cpu():
     """--jit=auto on one CPU: bfloat16 keeps forward and backward on the graph (oneDNN's bf16 kernels are only
     there), float16 compiles the whole step; on a GPU the whole step; several devices: off."""
     one = tf.distribute.get_strategy()
