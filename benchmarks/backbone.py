@@ -816,7 +816,7 @@ def main(argv=None):
     if args.device == "auto":
         args.device = "gpu" if host.gpus else "cpu"
     if args.device == "gpu" and not host.gpus:
-        p.error("--device gpu: no GPU visible to TensorFlow")
+        p.error("--device gpu: no GPU found (no nvidia-smi, or TensorFlow sees none)")
     if args.precisions == "auto":
         precisions = list(host.native_precisions(args.device))
     else:
