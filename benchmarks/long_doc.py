@@ -1,9 +1,9 @@
 """Long documents on the real IMDB data: truncation vs memory (accuracy), and memory mode's cost vs length.
 
-    python benchmarks/long_doc.py            # ~20 min on 2 cores
+    python benchmarks/long_doc.py            # ~20 min on 2 quiet cores
     python benchmarks/long_doc.py --quick    # a few minutes: fewer steps and documents, no truncation at 512
 
-Part 1, accuracy: the same small model (random init, ``--n_layer`` x d_model 128, the real XLNet spiece.model),
+Part 1, accuracy: the same small model (random init, ``--n_layer`` (2) x d_model 128, the real XLNet spiece.model),
 the same budget (steps, batch, learning rate, seed, training documents), trained and evaluated by
 ``run_classifier.py`` on IMDB (``../shared/data/imdb``; a random subset of the test set as dev) with
 ``--long_doc_mode=truncate --max_seq_length=128``, ``--long_doc_mode=memory --max_seq_length=128
@@ -163,11 +163,11 @@ def truncation_estimate(n_layer, length=8192, n_head=4, d_model=128):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--n_layer", type=int, default=4)
-    p.add_argument("--steps", type=int, default=None, help="training steps (default 1200; quick 150)")
+    p.add_argument("--n_layer", type=int, default=2)
+    p.add_argument("--steps", type=int, default=None, help="training steps (default 300; quick 100)")
     p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--train_docs", type=int, default=None, help="default 25000 (quick 4000)")
-    p.add_argument("--eval_docs", type=int, default=None, help="default 2000 (quick 500)")
+    p.add_argument("--train_docs", type=int, default=None, help="default 10000 (quick 3200)")
+    p.add_argument("--eval_docs", type=int, default=None, help="default 1000 (quick 400)")
     p.add_argument("--mem_len", type=int, default=384)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--skip_accuracy", action="store_true")
@@ -180,9 +180,9 @@ def main():
     for path in (SPIECE, IMDB):
         if not os.path.exists(path):
             raise SystemExit(f"missing {path}")
-    steps = a.steps or (150 if a.quick else 1200)
-    train_docs = a.train_docs or (4000 if a.quick else 25000)
-    eval_docs = a.eval_docs or (500 if a.quick else 2000)
+    steps = a.steps or (100 if a.quick else 300)
+    train_docs = a.train_docs or (3200 if a.quick else 10000)
+    eval_docs = a.eval_docs or (400 if a.quick else 1000)
     result = {"machine": cpu_model(), "cores": os.cpu_count(), "n_layer": a.n_layer, "d_model": 128,
               "steps": steps, "batch": a.batch, "mem_len": a.mem_len, "quick": a.quick,
               "command": "python benchmarks/long_doc.py" + (" --quick" if a.quick else "")}

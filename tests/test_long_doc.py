@@ -115,13 +115,12 @@ def test_last_sentence_counts_in_memory_mode_only(tok, models, reviews):
     assert np.abs(first[0] - m[0]).max() > 1e-6
 
 
-def test_serving_windows_and_answers_match_python(tok, models, reviews):
+def test_serving_windows_match_python(tok, reviews):
     import tensorflow as tf
 
     from tasks.classification import features as F
-    from tasks.classification.serving import ClassifierServing, document_windows
+    from tasks.classification.serving import document_windows
 
-    mem, _ = models
     texts = reviews[:24] + ["Short.", ""]
     ragged = tok.tf_tokenizer().tokenize(tf.constant(texts))
     for cap in (None, 3):
@@ -129,9 +128,7 @@ def test_serving_windows_and_answers_match_python(tok, models, reviews):
         py = F.encode_documents(tok, texts, L, max_segments=cap)
         for k in py:
             np.testing.assert_array_equal(graph[k].numpy(), py[k], err_msg=f"{k} max_segments={cap}")
-    serving = ClassifierServing(mem, tok, L, label_names=["neg", "pos"], memory=True)
-    served = serving.text_fn(pair=False)(tf.constant(texts[:8]))["logits"].numpy()
-    np.testing.assert_allclose(served, mem(F.encode_documents(tok, texts[:8], L))["logits"].numpy(), atol=1e-6)
+    # The exported SavedModel's answers against the Python features: test_memory_mode_cli_... below.
 
 
 def _key_docs(tok, reviews, n, seed):
@@ -155,7 +152,7 @@ def _key_docs(tok, reviews, n, seed):
     return rows
 
 
-def test_memory_mode_cli_learns_through_memory_and_exports(tok, reviews, tmp_path):
+def test_memory_mode_cli_learns_through_memory_and_exports_text_any_length(tok, reviews, tmp_path):
     from tests.test_run_classifier import TINY, run_cli
 
     pool = read_reviews("train", 500)
@@ -175,18 +172,38 @@ def test_memory_mode_cli_learns_through_memory_and_exports(tok, reviews, tmp_pat
         "--jit=false", "--accelerate=false", "--do_train", "--do_eval", f"--export_dir={export}"])
     res = json.loads((out / "eval_results.json").read_text())
     assert res["accuracy"] > 0.9, res  # chance: 0.5; the key is only in the memory
-    texts = [d for d, _ in split["dev"]]
+    long_review = max(reviews, key=len)  # the export reads the whole text: here ~30 windows of 32
+    assert len(tok.encode(long_review)) > 20 * L
+    texts = [d for d, _ in split["dev"]] + [long_review]
     (tmp_path / "texts.json").write_text(json.dumps(texts))
     script = (
         "import json, sys, numpy as np, tensorflow as tf, tensorflow_text\n"
         f"m = tf.saved_model.load({str(export)!r})\n"
         f"texts = json.load(open({str(tmp_path / 'texts.json')!r}))\n"
         "out = m.signatures['serving_default'](text_a=tf.constant(texts))\n"
-        "print(json.dumps([x.decode() for x in out['label_name'].numpy()]))\n"
+        f"np.save({str(tmp_path / 'probs.npy')!r}, out['probabilities'].numpy())\n"
+        "emb = m.signatures['embed'](text_a=tf.constant(texts[:8]))['embedding']\n"
+        f"np.save({str(tmp_path / 'emb.npy')!r}, emb.numpy())\n"
         "assert 'xlnet_tf' not in sys.modules and 'heads' not in sys.modules\n")
     r = subprocess.run([sys.executable, "-c", script], cwd=str(tmp_path), capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
-    served = json.loads(r.stdout.strip().splitlines()[-1])
-    acc = np.mean([s == lab for s, (_, lab) in zip(served, split["dev"])])
-    assert abs(acc - res["accuracy"]) < 1e-9, (acc, res)
+    served = np.load(tmp_path / "probs.npy")
+    # The in-graph path (tokeniser, windows, while_loop) against the Python windows through the trained model.
+    import tensorflow as tf
+
+    from heads.classification import ClassificationHead
+    from tasks.classification import features as F
+    from xlnet_tf import XLNetConfig
+    from xlnet_tf.finetune import FineTuner
+
+    cfg = XLNetConfig.from_dict(dict(TINY, mem_len=L))
+    ft = FineTuner(cfg, lambda: ClassificationHead(cfg.d_model, 2, task_name="generic"),
+                   F.feature_spec(L, max_segments=2))
+    model = ft.model_for_inference(str(out / "model"))
+    probs = tf.nn.softmax(model(F.encode_documents(tok, texts, L))["logits"]).numpy()
+    np.testing.assert_allclose(served, probs, atol=1e-5)
+    cls = model.encode(F.encode_documents(tok, texts[:8], L))[0]["sequence_output"][:, -1].numpy()
+    np.testing.assert_allclose(np.load(tmp_path / "emb.npy"), cls, atol=1e-4)
+    labels = np.array([lab == "pos" for _, lab in split["dev"]])
+    assert abs(np.mean(served[:-1].argmax(-1) == labels) - res["accuracy"]) < 1e-9

@@ -39,19 +39,25 @@ class TaskModel(WrapsBackbone, keras.Model):
         self.head = head
 
     def call(self, features: Dict[str, tf.Tensor], training=False):
+        out, head_features = self.encode(features, training=training)
+        return self.head(out, head_features, training=training)
+
+    def encode(self, features: Dict[str, tf.Tensor], training=False):
+        """(backbone outputs, the features the head reads): for long-document windows, the last window's outputs
+        (with the document's memory) and features."""
+        hidden = bool(getattr(self.head, "reads_hidden_states", False))
         if "num_segments" in features:
-            return self._call_windows(features, training)
+            return self._encode_windows(features, training, hidden)
         ids = features["input_ids"]
         seg = features.get("segment_ids")
         mask = features.get("padding_mask")
         if ids.shape.rank == 3:  # [batch, choices, seq] -> [batch*choices, seq]
             flat = lambda t: None if t is None else tf.reshape(t, [-1, tf.shape(t)[-1]])  # noqa: E731
             ids, seg, mask = flat(ids), flat(seg), flat(mask)
-        out = self.backbone(ids, segment_ids=seg, padding_mask=mask, training=training,
-                            output_hidden_states=bool(getattr(self.head, "reads_hidden_states", False)))
-        return self.head(out, features, training=training)
+        out = self.backbone(ids, segment_ids=seg, padding_mask=mask, training=training, output_hidden_states=hidden)
+        return out, features
 
-    def _call_windows(self, features, training):
+    def _encode_windows(self, features, training, hidden):
         c = self.config
         if c.mem_len <= 0:
             raise ValueError("long-document features (num_segments) need a model with memory: config.mem_len > 0")
@@ -59,23 +65,19 @@ class TaskModel(WrapsBackbone, keras.Model):
         ids, seg, mask = (tf.cast(features[k], tf.int32) for k in names)
         last = dict(features, **{k: t[:, -1] for k, t in zip(names, (ids, seg, mask))})
         del last["num_segments"]
-        hidden = bool(getattr(self.head, "reads_hidden_states", False))
 
-        def one_window():
-            out = self.backbone(last["input_ids"], segment_ids=last["segment_ids"],
-                                padding_mask=last["padding_mask"], training=training, output_hidden_states=hidden)
-            return self.head(out, last, training=training)
-
-        def with_memory():
-            mems, mem_mask = self.document_memory(ids[:, :-1], seg[:, :-1], mask[:, :-1])
+        def last_window(mems=None, mem_mask=None):
             out = self.backbone(last["input_ids"], segment_ids=last["segment_ids"],
                                 padding_mask=last["padding_mask"], mems=mems, mem_padding_mask=mem_mask,
                                 training=training, output_hidden_states=hidden)
-            return self.head(out, last, training=training)
+            return {k: out[k] for k in ("sequence_output", "hidden_states") if k in out}
+
+        def with_memory():
+            return last_window(*self.document_memory(ids[:, :-1], seg[:, :-1], mask[:, :-1]))
 
         if training:  # (TensorFlow cannot differentiate this cond around the backbone's nested functions)
-            return with_memory()
-        return tf.cond(tf.shape(ids)[1] > 1, with_memory, one_window)
+            return with_memory(), last
+        return tf.cond(tf.shape(ids)[1] > 1, with_memory, last_window), last
 
     def document_memory(self, ids, seg, mask):
         """Windows [b, S, L] -> (mems: n_layer x [b, mem_len, d], mem_padding_mask [b, mem_len]) after running

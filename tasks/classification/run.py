@@ -100,5 +100,5 @@ class ClassifierRun(runner.TaskSpec):
         serving = ClassifierServing(model, self.tokenizer, self.L, label_names=labels,
                                     memory=bool(self.max_segments))  # the export reads the whole text
         serving.export(export_dir, pair=self.task.is_pair)
-        log.info("exported SavedModel to %s (signatures: serving_default(text_a%s), serve_ids)", export_dir,
+        log.info("exported SavedModel to %s (signatures: serving_default(text_a%s), serve_ids, embed)", export_dir,
                  ", text_b" if self.task.is_pair else "")

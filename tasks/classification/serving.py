@@ -13,7 +13,8 @@ from typing import Dict, Optional, Sequence
 
 import tensorflow as tf
 
-from xlnet_tf.export import SEG_PAD_CLASSIFIER, ServingModule, constant_rows, keep_first, pad_rows
+from xlnet_tf.export import (SEG_PAD_CLASSIFIER, ServingModule, constant_rows, keep_first, pad_rows,
+                             save_atomically)
 
 
 def truncate_lengths(len_a: tf.Tensor, len_b: tf.Tensor, budget) -> tuple:
@@ -138,6 +139,24 @@ class ClassifierServing(ServingModule):
         ids_b = None if text_b is None else self.tokenizer.tokenize(text_b)
         return classification_features(self.tokenizer.tokenize(text_a), ids_b, self.max_seq_length, self.sep_id,
                                        self.cls_id)
+
+    def embed_fn(self, pair: bool):
+        """``embed``: the last layer's hidden state of the document's final ``<cls>`` [b, d_model] (with the memory
+        of the earlier windows in memory mode), the vector the head reads."""
+        def run(text_a, text_b=None):
+            out, _ = self.model.encode(self.features(text_a, text_b), training=False)
+            return {"embedding": tf.cast(out["sequence_output"][:, -1], tf.float32)}
+
+        s = tf.TensorSpec([None], tf.string)
+        if pair:
+            return tf.function(lambda text_a, text_b: run(text_a, text_b), input_signature=[s, s])
+        return tf.function(lambda text_a: run(text_a), input_signature=[s])
+
+    def export(self, export_dir: str, pair: bool = False) -> str:
+        """Signatures ``serving_default`` (raw text), ``serve_ids`` (features) and ``embed`` (raw text)."""
+        self.serve_text, self.serve_ids, self.embed = self.text_fn(pair), self.ids_fn(), self.embed_fn(pair)
+        return save_atomically(self, export_dir, {"serving_default": self.serve_text, "serve_ids": self.serve_ids,
+                                                  "embed": self.embed})
 
     def text_fn(self, pair: bool):
         if pair and self.memory:
