@@ -207,3 +207,19 @@ def test_memory_mode_cli_learns_through_memory_and_exports_text_any_length(tok, 
     np.testing.assert_allclose(np.load(tmp_path / "emb.npy"), cls, atol=1e-4)
     labels = np.array([lab == "pos" for _, lab in split["dev"]])
     assert abs(np.mean(served[:-1].argmax(-1) == labels) - res["accuracy"]) < 1e-9
+
+
+def test_memory_mode_refuses_pair_tasks_and_a_model_without_memory(tok):
+    from tasks.classification.registry import get_task
+    from tasks.classification.run import ClassifierRun
+    from xlnet_tf import XLNetConfig
+
+    def run(task, mem_len):
+        return ClassifierRun(get_task(task), "unused", tok, XLNetConfig.preset("tiny", mem_len=mem_len), L, "unused",
+                             8, None, {}, max_segments=2)
+
+    with pytest.raises(ValueError, match="mrpc has two texts"):
+        run("mrpc", L)
+    with pytest.raises(ValueError, match="needs --mem_len > 0"):
+        run("imdb", 0)
+    assert run("imdb", L).feature_spec()["input_ids"] == ("int64", (2, L))
