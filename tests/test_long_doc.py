@@ -223,3 +223,29 @@ def test_memory_mode_refuses_pair_tasks_and_a_model_without_memory(tok):
     with pytest.raises(ValueError, match="needs --mem_len > 0"):
         run("imdb", 0)
     assert run("imdb", L).feature_spec()["input_ids"] == ("int64", (2, L))
+
+
+def test_extract_features_memory_vectors_match_the_model_loop(tok, reviews):
+    from extract_features import document_vectors
+    from heads.features import FeatureHead
+    from tasks.classification import features as F
+    from xlnet_tf import XLNetConfig
+    from xlnet_tf.task_model import TaskModel
+
+    cfg = XLNetConfig.preset("tiny", mem_len=2 * L, dropout=0.0, dropatt=0.0, accelerate=False)
+    model = TaskModel(cfg, FeatureHead(cfg.n_layer, layers=(-1, 0), pooling="mean"), seed=3)
+    texts = ["A fine film.", reviews[2][:500], reviews[3][:250]]
+    windows = F.encode_documents(tok, texts, L)
+    model.build_with(F.encode_texts(tok, texts[:1], max_seq_length=L))
+    pooled, tokens = document_vectors(model, windows, batch_size=2)
+    n, w = windows["input_ids"].shape[:2]
+    assert tokens.shape == (n, w * L, 2, cfg.d_model) and pooled.shape == (n, 2, cfg.d_model) and w >= 3
+    # The last window of every text, final layer: the TaskModel's in-graph loop over the same windows.
+    seq = model.encode(windows)[0]["sequence_output"].numpy() * windows["padding_mask"][:, -1, :, None]
+    np.testing.assert_allclose(tokens[:, -L:, 0], seq, atol=1e-5)
+    # A one-window text: today's vectors; the mean pools every real token of a long text.
+    today = model(F.encode_texts(tok, texts[:1], max_seq_length=L))
+    np.testing.assert_allclose(tokens[:1, -L:], today["tokens"].numpy(), atol=1e-5)
+    np.testing.assert_allclose(pooled[:1], today["pooled"].numpy(), atol=1e-5)
+    mask = windows["padding_mask"].reshape(n, -1).astype(bool)
+    np.testing.assert_allclose(pooled[1], tokens[1][mask[1]].mean(0), atol=1e-5)
