@@ -249,3 +249,27 @@ def test_extract_features_memory_vectors_match_the_model_loop(tok, reviews):
     np.testing.assert_allclose(pooled[:1], today["pooled"].numpy(), atol=1e-5)
     mask = windows["padding_mask"].reshape(n, -1).astype(bool)
     np.testing.assert_allclose(pooled[1], tokens[1][mask[1]].mean(0), atol=1e-5)
+
+
+def test_window_batches_bucket_by_count_and_keep_order(tok, reviews, tmp_path):
+    from tasks.classification import features as F
+    from tasks.classification.reader import Example
+    from tasks.classification.registry import get_task
+
+    task = get_task("imdb")
+    texts = [r[:n] for r, n in zip(reviews[:24], [40, 300, 900] * 8)]  # 1, ~3 and ~8+ windows of 32
+    exs = [Example(f"t-{i}", t, None, "pos" if i % 2 else "neg") for i, t in enumerate(texts)]
+    path = str(tmp_path / "w.tfrecord")
+    assert F.write_features(exs, tok, task, L, path, max_segments=6, progress=False) == 24
+    counts = F.encode_documents(tok, texts, L, max_segments=6)["num_segments"]
+    assert len(set(counts)) >= 3
+    train = F.make_window_dataset(path, 4, is_training=True, seed=1, shuffle_buffer=32)
+    for batch in train.take(12):  # one window count per batch, no all-padding window
+        n = batch["num_segments"].numpy()
+        assert (n == n[0]).all() and batch["input_ids"].shape[1] == n[0]
+        assert (batch["padding_mask"].numpy()[:, 0].sum(-1) > 0).all()
+    evals = list(F.make_window_dataset(path, 8, is_training=False))
+    assert [int(b["label"][0]) for b in evals] == [0, 0, 0]  # file order
+    for i, b in enumerate(evals):
+        assert b["input_ids"].shape[1] == counts[8 * i: 8 * i + 8].max()
+        np.testing.assert_array_equal(b["num_segments"].numpy(), counts[8 * i: 8 * i + 8])

@@ -303,8 +303,8 @@ def make_window_dataset(paths: Union[str, Sequence[str]], batch_size: int, is_tr
     prediction keep the file's order.
     """
     if not (is_training and bucket):
-        return make_dataset(paths, batch_size, is_training, **kwargs).map(trim_windows if not is_training
-                                                                          else (lambda b: b))
+        ds = make_dataset(paths, batch_size, is_training, **kwargs)
+        return ds if is_training else ds.map(trim_windows)
     import tensorflow as tf
 
     ds = make_dataset(paths, 1, is_training, drop_remainder=False, **kwargs).unbatch()
