@@ -111,7 +111,7 @@ def document_vectors(model, windows, batch_size):
     import numpy as np
     import tensorflow as tf
 
-    from xlnet_tf.masks import next_mem_padding_mask
+    from xlnet_tf.masks import hidden_memory_mask, next_mem_padding_mask
 
     c, head = model.config, model.head
 
@@ -129,7 +129,7 @@ def document_vectors(model, windows, batch_size):
         s = int(part["num_segments"].max())
         b = len(part["num_segments"])
         mems = [tf.zeros([b, c.mem_len, c.d_model], model.backbone.compute_dtype) for _ in range(c.n_layer)]
-        mem_mask = tf.zeros([b, c.mem_len], tf.int32)
+        mem_mask = hidden_memory_mask(b, c.mem_len)
         out = []
         for i in range(w - s, w):
             t, mems, mem_mask = window(*(tf.constant(part[k][:, i]) for k in ("input_ids", "segment_ids",

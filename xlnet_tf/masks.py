@@ -96,6 +96,11 @@ def mask_logits(logits: tf.Tensor, excluded) -> tf.Tensor:
     return logits * (1 - m) + mask_value(logits.dtype) * m
 
 
+def hidden_memory_mask(batch, mem_len: int) -> tf.Tensor:
+    """The ``mem_padding_mask`` of a memory that holds nothing yet (every position hidden): int32 [batch, mem_len]."""
+    return tf.zeros(tf.stack([batch, mem_len]), tf.int32)
+
+
 def next_mem_padding_mask(prev: tf.Tensor, padding_mask: tf.Tensor, mem_len: int) -> tf.Tensor:
     """The ``mem_padding_mask`` after a window: the last ``mem_len`` of (memory, window), as the memory itself
     (``XLNetModel._cache_mem`` without ``reuse_len``). int32, 1 = real."""

@@ -26,7 +26,7 @@ import tensorflow as tf
 from xlnet_tf.head import Head
 from xlnet_tf import checkpoint
 from xlnet_tf.config import XLNetConfig
-from xlnet_tf.masks import next_mem_padding_mask
+from xlnet_tf.masks import hidden_memory_mask, next_mem_padding_mask
 from xlnet_tf.modeling import WrapsBackbone, XLNetModel
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ class TaskModel(WrapsBackbone, keras.Model):
         c, backbone = self.config, self.backbone
         b = tf.shape(ids)[0]
         mems = [tf.zeros(tf.stack([b, c.mem_len, c.d_model]), backbone.compute_dtype) for _ in range(c.n_layer)]
-        mem_mask = tf.zeros(tf.stack([b, c.mem_len]), tf.int32)
+        mem_mask = hidden_memory_mask(b, c.mem_len)
 
         def body(i, mems, mem_mask):
             out = backbone(ids[:, i], segment_ids=seg[:, i], padding_mask=mask[:, i], mems=mems,
