@@ -48,7 +48,7 @@ class TaskModel(WrapsBackbone, keras.Model):
         hidden = bool(getattr(self.head, "reads_hidden_states", False))
         if "num_segments" in features:
             return self._encode_windows(features, training, hidden)
-        ids = features["input_ids"]
+        ids = tf.convert_to_tensor(features["input_ids"])  # (encode may be called directly with numpy arrays)
         seg = features.get("segment_ids")
         mask = features.get("padding_mask")
         if ids.shape.rank == 3:  # [batch, choices, seq] -> [batch*choices, seq]
