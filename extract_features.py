@@ -9,8 +9,8 @@
 max_seq_length (``tasks/classification/features.build_windows``) that run left to right with the previous windows'
 hidden states as memory (``--mem_len``); ``tokens`` then cover the whole text, [n, W * max_seq_length, layers, d]
 with W the most windows of a text (each text right-aligned, padding first), and ``pooled`` is the mean over all
-of a text's real tokens or its final ``<cls>``. A fine-tuned run's checkpoint in ``--model_dir`` (default OUTPUT_DIR/model) takes precedence
-over ``--init_checkpoint``. ``--output_file``:
+of a text's real tokens or its final ``<cls>``. A fine-tuned run's checkpoint in ``--model_dir`` (default
+OUTPUT_DIR/model) takes precedence over ``--init_checkpoint``. ``--output_file``:
 * ``.npz``: ``pooled`` [n, layers, d], ``tokens`` [n, max_seq_length, layers, d] (zeros at padding), ``input_ids``,
   ``padding_mask`` [n, max_seq_length] and ``layers`` (the hidden-state indices: 0 = embeddings);
 * ``.tfrecord``: one record per text with ``pooled`` and ``tokens`` (float lists of the real tokens only, row
