@@ -1,7 +1,8 @@
 """Long documents on the real IMDB data: truncation vs memory (accuracy), and memory mode's cost vs length.
 
     python benchmarks/long_doc.py            # ~20 min on 2 quiet cores
-    python benchmarks/long_doc.py --quick    # a few minutes: fewer steps and documents, no truncation at 512
+    python benchmarks/long_doc.py --quick    # ~10 min: a smoke run of the pipeline (100 steps: neither model
+                                             # has learned much yet), no truncation at 512
 
 Part 1, accuracy: the same small model (random init, ``--n_layer`` (2) x d_model 128, the real XLNet spiece.model),
 the same budget (steps, batch, learning rate, seed, training documents), trained and evaluated by
