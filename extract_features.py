@@ -5,8 +5,12 @@
       --layers=-1,-2 --pooling=mean --max_seq_length=128
 
 ``--input_file``: UTF-8, one text per line; ``A ||| B`` gives a pair (the classifier's layout: A <sep> B <sep>
-<cls>, left-padded). A fine-tuned run's checkpoint in ``--model_dir`` (default OUTPUT_DIR/model) takes precedence
-over ``--init_checkpoint``. ``--output_file``:
+<cls>, left-padded). ``--long_doc_mode=memory`` (single texts): a text of any length is cut into windows of
+max_seq_length (``tasks/classification/features.build_windows``) that run left to right with the previous windows'
+hidden states as memory (``--mem_len``); ``tokens`` then cover the whole text, [n, W * max_seq_length, layers, d]
+with W the most windows of a text (each text right-aligned, padding first), and ``pooled`` is the mean over all
+of a text's real tokens or its final ``<cls>``. A fine-tuned run's checkpoint in ``--model_dir`` (default
+OUTPUT_DIR/model) takes precedence over ``--init_checkpoint``. ``--output_file``:
 * ``.npz``: ``pooled`` [n, layers, d], ``tokens`` [n, max_seq_length, layers, d] (zeros at padding), ``input_ids``,
   ``padding_mask`` [n, max_seq_length] and ``layers`` (the hidden-state indices: 0 = embeddings);
 * ``.tfrecord``: one record per text with ``pooled`` and ``tokens`` (float lists of the real tokens only, row
@@ -27,6 +31,9 @@ flags.DEFINE_string("input_file", None, "Texts, one per line (A ||| B for a pair
 flags.DEFINE_string("output_file", None, "Where the vectors go: .npz or .tfrecord.")
 flags.DEFINE_list("layers", ["-1"], "Hidden-state indices (0 = embeddings, -1 = last block).")
 flags.DEFINE_enum("pooling", "mean", ["mean", "last"], "Pooled vector: mean over real tokens, or the last (CLS).")
+flags.DEFINE_enum("long_doc_mode", "truncate", ["truncate", "memory"],
+                  "Texts longer than max_seq_length: truncate (keep the beginning) or memory (windows with memory).")
+flags.DEFINE_integer("mem_len", None, "memory mode: memory length in positions (default: max_seq_length).")
 run_common.define_common_flags(default_seq_len=128, default_lr=0.0)
 
 log = logging.getLogger("extract_features")
@@ -53,8 +60,12 @@ class FeatureRun(runner.TaskSpec):
     """Feature extraction for the runner: ``predict`` writes the vectors of ``texts``."""
     name, main_metric = "features", "none"
 
-    def __init__(self, texts, tokenizer, config, max_seq_length, layers, pooling, batch_size, output_file):
+    def __init__(self, texts, tokenizer, config, max_seq_length, layers, pooling, batch_size, output_file,
+                 memory=False):
         self.texts, self.tokenizer, self.config, self.L = texts, tokenizer, config, max_seq_length
+        self.memory = memory
+        if memory and any(b for _, b in texts):
+            raise ValueError("--long_doc_mode=memory: one text per line (no ' ||| ' pairs)")
         self.layers, self.pooling, self.batch_size, self.output_file = layers, pooling, batch_size, output_file
 
     def head(self):
@@ -74,6 +85,13 @@ class FeatureRun(runner.TaskSpec):
         from tasks.classification import features as cls_data
         from xlnet_tf.training import predict
 
+        if self.memory:
+            feats = cls_data.encode_documents(self.tokenizer, [a for a, _ in self.texts], self.L)
+            pooled, tokens = document_vectors(model, feats, self.batch_size)
+            flat = {k: feats[k].reshape(len(tokens), -1) for k in ("input_ids", "padding_mask")}
+            write_vectors(self.output_file, pooled, tokens, flat["input_ids"], flat["padding_mask"],
+                          np.asarray(model.head.layers, np.int32))
+            return self.output_file
         feats = cls_data.encode_texts(self.tokenizer, [a for a, _ in self.texts],
                                       [b or "" for _, b in self.texts], self.L)
         ds = tf.data.Dataset.from_tensor_slices(feats).batch(self.batch_size)
@@ -83,6 +101,48 @@ class FeatureRun(runner.TaskSpec):
         write_vectors(self.output_file, out["pooled"], out["tokens"], feats["input_ids"], feats["padding_mask"],
                       np.asarray(head.layers, np.int32))
         return self.output_file
+
+
+def document_vectors(model, windows, batch_size):
+    """Right-aligned windows [n, W, L] (``encode_documents``) -> (pooled [n, k, d], tokens [n, W*L, k, d]) of the
+    model's ``FeatureHead``: each batch's windows run left to right with the memory of the earlier ones (as
+    ``TaskModel.document_memory``: all-hidden memory first, padded positions hidden), the head reads each window.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    from xlnet_tf.masks import hidden_memory_mask, next_mem_padding_mask
+
+    c, head = model.config, model.head
+
+    @tf.function
+    def window(ids, seg, mask, mems, mem_mask):
+        out = model.backbone(ids, segment_ids=seg, padding_mask=mask, mems=mems, mem_padding_mask=mem_mask,
+                             output_hidden_states=True)
+        tokens = head(out, {"padding_mask": mask})["tokens"]
+        return tokens, out["new_mems"], next_mem_padding_mask(mem_mask, mask, c.mem_len)
+
+    n, w, L = windows["input_ids"].shape
+    pooled, tokens = [], []
+    for start in range(0, n, batch_size):
+        part = {k: v[start:start + batch_size] for k, v in windows.items()}
+        s = int(part["num_segments"].max())
+        b = len(part["num_segments"])
+        mems = [tf.zeros([b, c.mem_len, c.d_model], model.backbone.compute_dtype) for _ in range(c.n_layer)]
+        mem_mask = hidden_memory_mask(b, c.mem_len)
+        out = []
+        for i in range(w - s, w):
+            t, mems, mem_mask = window(*(tf.constant(part[k][:, i]) for k in ("input_ids", "segment_ids",
+                                                                               "padding_mask")), mems, mem_mask)
+            out.append(t.numpy())
+        t = np.concatenate([np.zeros((b, (w - s) * L) + out[0].shape[2:], np.float32)] + out, axis=1)
+        mask = part["padding_mask"].reshape(b, -1).astype(np.float32)[:, :, None, None]
+        if head.pooling == "last":
+            pooled.append(t[:, -1])
+        else:
+            pooled.append((t * mask).sum(1) / np.maximum(mask.sum(1), 1.0))
+        tokens.append(t)
+    return np.concatenate(pooled), np.concatenate(tokens)
 
 
 def write_vectors(path, pooled, tokens, input_ids, padding_mask, layers):
@@ -117,11 +177,15 @@ def main(_):
     paths = run_common.output_paths(F)
     strategy = run_common.strategy(F)
     tokenizer = run_common.tokenizer(F)
-    config = run_common.model_config(F)
+    memory = F.long_doc_mode == "memory"
+    mem_len = F.mem_len if F.mem_len is not None else F.max_seq_length
+    if memory and mem_len <= 0:
+        raise ValueError(f"--mem_len: expected > 0 in memory mode, got {mem_len}")
+    config = run_common.model_config(F, mem_len=mem_len) if memory else run_common.model_config(F)
     run_common.start_run(F, paths["output_dir"], "extract_features", "features", config, tokenizer, False,
                          work_dirs=[paths["model_dir"]])
     spec = FeatureRun(texts, tokenizer, config, F.max_seq_length, layers, F.pooling,
-                      F.predict_batch_size or F.eval_batch_size, F.output_file)
+                      F.predict_batch_size or F.eval_batch_size, F.output_file, memory=memory)
     plan = runner.Plan(output_dir=paths["output_dir"], model_dir=paths["model_dir"], do_predict=True)
     run_common.run_task(F, spec, plan, config, strategy)
 

@@ -5,11 +5,15 @@ Convention (documented once, here and in BUILD.md):
 * ``padding_mask`` [b, q]: 1 = real token, 0 = padding (public input polarity).
 * ``perm_mask`` [b, q, q]: 1 at [b, i, j] = position i may NOT attend to position j (the original's polarity).
 * Heads mask positions out of a softmax with ``mask_logits`` (1 = excluded: SQuAD's ``p_mask``, padding).
+* ``mem_padding_mask`` [b, mlen]: 1 = a real memory position, 0 = a padded one (the same polarity as
+  ``padding_mask``). Only memory carried over the windows of one long document needs it (its first window is
+  left-padded); without it every memory position is visible, as the original.
 * Returned masks are boolean **blocked** masks [b, q, mlen + q] (or None = nothing blocked):
   ``query_blocked`` for the query stream (and for the content stream of a plain forward pass) and
   ``content_blocked`` = query_blocked without the diagonal (a position's content may always see itself).
 
-This reproduces the original ``transformer_xl`` mask logic exactly: memory columns are always visible,
+This reproduces the original ``transformer_xl`` mask logic exactly: memory columns are always visible (unless
+a ``mem_padding_mask`` hides padded ones),
 a padded key is hidden from every query, ``uni`` adds the causal (and ``same_length``) mask, and the content
 stream removes the diagonal only.
 """
@@ -35,7 +39,8 @@ def causal_blocked(qlen, mlen, same_length: bool) -> tf.Tensor:
 
 def attention_masks(qlen, mlen, batch, padding_mask: Optional[tf.Tensor] = None,
                     perm_mask: Optional[tf.Tensor] = None, attn_type: str = "bi",
-                    same_length: bool = False) -> Tuple[Optional[tf.Tensor], Optional[tf.Tensor]]:
+                    same_length: bool = False, mem_padding_mask: Optional[tf.Tensor] = None
+                    ) -> Tuple[Optional[tf.Tensor], Optional[tf.Tensor]]:
     """Returns (query_blocked, content_blocked), each bool [b or 1, q, mlen+q] or None."""
     blocked = None
     if attn_type == "uni":
@@ -49,8 +54,14 @@ def attention_masks(qlen, mlen, batch, padding_mask: Optional[tf.Tensor] = None,
     if perm_mask is not None:
         perm = tf.not_equal(tf.cast(perm_mask, tf.int32), 0)  # [b, q, q]
         data = perm if data is None else tf.logical_or(data, perm)
+    if data is None and mem_padding_mask is not None:
+        data = tf.zeros(tf.stack([tf.shape(mem_padding_mask)[0], 1, qlen]), tf.bool)
     if data is not None:
-        if mlen is not None and not (isinstance(mlen, int) and mlen == 0):
+        if mem_padding_mask is not None:  # [b, 1, mlen]: a padded memory position is hidden from every query
+            mem_cols = tf.equal(tf.cast(mem_padding_mask, tf.int32), 0)[:, None, :]
+            mem_cols = tf.broadcast_to(mem_cols, tf.stack([tf.shape(data)[0], tf.shape(data)[1], mlen]))
+            data = tf.concat([mem_cols, data], axis=-1)
+        elif mlen is not None and not (isinstance(mlen, int) and mlen == 0):
             mem_cols = tf.zeros(tf.stack([tf.shape(data)[0], tf.shape(data)[1], mlen]), tf.bool)
             data = tf.concat([mem_cols, data], axis=-1)
         blocked = data if blocked is None else tf.logical_or(blocked, data)
@@ -83,3 +94,15 @@ def mask_logits(logits: tf.Tensor, excluded) -> tf.Tensor:
     (1 / True = the position may not be chosen), in the logits' dtype."""
     m = tf.cast(excluded, logits.dtype)
     return logits * (1 - m) + mask_value(logits.dtype) * m
+
+
+def hidden_memory_mask(batch, mem_len: int) -> tf.Tensor:
+    """The ``mem_padding_mask`` of a memory that holds nothing yet (every position hidden): int32 [batch, mem_len]."""
+    return tf.zeros(tf.stack([batch, mem_len]), tf.int32)
+
+
+def next_mem_padding_mask(prev: tf.Tensor, padding_mask: tf.Tensor, mem_len: int) -> tf.Tensor:
+    """The ``mem_padding_mask`` after a window: the last ``mem_len`` of (memory, window), as the memory itself
+    (``XLNetModel._cache_mem`` without ``reuse_len``). int32, 1 = real."""
+    cat = tf.concat([tf.cast(prev, tf.int32), tf.cast(padding_mask, tf.int32)], axis=1)
+    return cat[:, -mem_len:]

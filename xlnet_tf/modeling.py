@@ -39,7 +39,8 @@ class XLNetModel(keras.Model):
     ``model(input_ids, segment_ids=None, padding_mask=None, mems=None, perm_mask=None, target_mapping=None,
     training=False)`` returns a dict with ``sequence_output`` [b, q, d] (content stream), ``query_output``
     [b, num_predict, d] when ``target_mapping`` is given, and ``new_mems`` (list of n_layer [b, mem_len, d])
-    when ``config.mem_len > 0``; with ``output_hidden_states=True`` also ``hidden_states``: the content stream
+    when ``config.mem_len > 0`` (``mem_padding_mask`` [b, mlen], 1 = real, hides padded memory positions: see
+    ``masks.py``); with ``output_hidden_states=True`` also ``hidden_states``: the content stream
     entering block 0 (the embeddings) and leaving each block, n_layer + 1 tensors [b, q, d] (before the output
     dropout). Mask conventions: see ``xlnet_tf/masks.py``. The run option
     ``config.accelerate`` chooses the accelerations (``xlnet_tf.accel``).
@@ -131,7 +132,7 @@ class XLNetModel(keras.Model):
     # ------------------------------------------------------------------ forward
     def call(self, input_ids, segment_ids=None, padding_mask=None, mems: Optional[Sequence] = None,
              perm_mask=None, target_mapping=None, training=False,
-             output_hidden_states: bool = False) -> Dict[str, object]:
+             output_hidden_states: bool = False, mem_padding_mask=None) -> Dict[str, object]:
         c = self.config
         input_ids = tf.cast(input_ids, tf.int32)
         shape = tf.shape(input_ids)
@@ -148,7 +149,8 @@ class XLNetModel(keras.Model):
             tf.debugging.assert_equal(bsz % 2, 0, message="bi_data needs an even batch size")
 
         query_blocked, content_blocked = attention_masks(qlen, mlen, bsz, padding_mask, perm_mask,
-                                                         c.attn_type, c.same_length)
+                                                         c.attn_type, c.same_length,
+                                                         mem_padding_mask if mems is not None else None)
         ef_diff = segment_diff(segment_ids, mlen) if segment_ids is not None else None
         dtype = self.compute_dtype
         pos_emb = self.positional_encoding(qlen, klen, bsz, seed=seed)

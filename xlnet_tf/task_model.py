@@ -3,6 +3,15 @@
 ``model(features, training)`` -> the head's outputs; ``model.per_example_loss(features, outputs)`` -> float32 [batch];
 ``model.variable_depth(v)`` -> 0 embeddings, l+1 block l, n_layer+1 head (layer-wise LR decay, freezing).
 Features with a choice axis (RACE: input_ids [batch, choices, seq]) are flattened for the backbone.
+
+Long documents (features with ``num_segments``): ``input_ids``, ``segment_ids``, ``padding_mask`` are
+[batch, windows, seq], consecutive windows of each document, right-aligned (a document of fewer windows starts
+with all-padding windows). Windows 0..S-2 run left to right in a ``tf.while_loop`` in inference mode, each with
+the previous windows' hidden states as memory (``config.mem_len`` positions, no gradient, padded positions
+hidden by ``mem_padding_mask``); the last window runs with that memory in the call's mode and the head reads it
+(its CLS). So only the last window gets gradients, as "no gradient into memory". In inference a batch of
+one-window documents takes the plain path: exactly the output of the one-window features (in training, and in
+batches mixing lengths, a one-window document attends to an all-hidden memory: the same up to rounding).
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ import tensorflow as tf
 from xlnet_tf.head import Head
 from xlnet_tf import checkpoint
 from xlnet_tf.config import XLNetConfig
+from xlnet_tf.masks import hidden_memory_mask, next_mem_padding_mask
 from xlnet_tf.modeling import WrapsBackbone, XLNetModel
 
 log = logging.getLogger(__name__)
@@ -29,15 +39,63 @@ class TaskModel(WrapsBackbone, keras.Model):
         self.head = head
 
     def call(self, features: Dict[str, tf.Tensor], training=False):
-        ids = features["input_ids"]
+        out, head_features = self.encode(features, training=training)
+        return self.head(out, head_features, training=training)
+
+    def encode(self, features: Dict[str, tf.Tensor], training=False):
+        """(backbone outputs, the features the head reads): for long-document windows, the last window's outputs
+        (with the document's memory) and features."""
+        hidden = bool(getattr(self.head, "reads_hidden_states", False))
+        if "num_segments" in features:
+            return self._encode_windows(features, training, hidden)
+        ids = tf.convert_to_tensor(features["input_ids"])  # (encode may be called directly with numpy arrays)
         seg = features.get("segment_ids")
         mask = features.get("padding_mask")
         if ids.shape.rank == 3:  # [batch, choices, seq] -> [batch*choices, seq]
             flat = lambda t: None if t is None else tf.reshape(t, [-1, tf.shape(t)[-1]])  # noqa: E731
             ids, seg, mask = flat(ids), flat(seg), flat(mask)
-        out = self.backbone(ids, segment_ids=seg, padding_mask=mask, training=training,
-                            output_hidden_states=bool(getattr(self.head, "reads_hidden_states", False)))
-        return self.head(out, features, training=training)
+        out = self.backbone(ids, segment_ids=seg, padding_mask=mask, training=training, output_hidden_states=hidden)
+        return out, features
+
+    def _encode_windows(self, features, training, hidden):
+        c = self.config
+        if c.mem_len <= 0:
+            raise ValueError("long-document features (num_segments) need a model with memory: config.mem_len > 0")
+        names = ("input_ids", "segment_ids", "padding_mask")
+        ids, seg, mask = (tf.cast(features[k], tf.int32) for k in names)
+        last = dict(features, **{k: t[:, -1] for k, t in zip(names, (ids, seg, mask))})
+        del last["num_segments"]
+
+        def last_window(mems=None, mem_mask=None):
+            out = self.backbone(last["input_ids"], segment_ids=last["segment_ids"],
+                                padding_mask=last["padding_mask"], mems=mems, mem_padding_mask=mem_mask,
+                                training=training, output_hidden_states=hidden)
+            return {k: out[k] for k in ("sequence_output", "hidden_states") if k in out}
+
+        def with_memory():
+            return last_window(*self.document_memory(ids[:, :-1], seg[:, :-1], mask[:, :-1]))
+
+        if training:  # (TensorFlow cannot differentiate this cond around the backbone's nested functions)
+            return with_memory(), last
+        return tf.cond(tf.shape(ids)[1] > 1, with_memory, last_window), last
+
+    def document_memory(self, ids, seg, mask):
+        """Windows [b, S, L] -> (mems: n_layer x [b, mem_len, d], mem_padding_mask [b, mem_len]) after running
+        them left to right (inference mode, no gradient). The memory starts as mem_len hidden padded positions,
+        so every step has the same shapes."""
+        c, backbone = self.config, self.backbone
+        b = tf.shape(ids)[0]
+        mems = [tf.zeros(tf.stack([b, c.mem_len, c.d_model]), backbone.compute_dtype) for _ in range(c.n_layer)]
+        mem_mask = hidden_memory_mask(b, c.mem_len)
+
+        def body(i, mems, mem_mask):
+            out = backbone(ids[:, i], segment_ids=seg[:, i], padding_mask=mask[:, i], mems=mems,
+                           mem_padding_mask=mem_mask, training=False)
+            new = [tf.ensure_shape(m, [None, c.mem_len, c.d_model]) for m in out["new_mems"]]
+            return i + 1, new, next_mem_padding_mask(mem_mask, mask[:, i], c.mem_len)
+
+        _, mems, mem_mask = tf.while_loop(lambda i, *_: i < tf.shape(ids)[1], body, (tf.constant(0), mems, mem_mask))
+        return [tf.stop_gradient(m) for m in mems], tf.stop_gradient(mem_mask)
 
     def per_example_loss(self, features, outputs) -> tf.Tensor:
         """float32 [batch]. (Not named ``loss``: keras.Model's constructor sets ``self.loss = None``.)"""

@@ -8,6 +8,14 @@ tokenisation gives the single-sentence layout.
 
 Features: ``input_ids``, ``segment_ids``, ``padding_mask`` [L] int; ``label`` int64 (float32 for regression);
 ``is_real_example`` (0 on the padding examples added by ``pad_to_multiple``).
+
+Long documents (``max_segments``, memory mode; single text only): the document ``A <sep> <cls>`` (A cut to
+``max_segments * L - 2`` pieces, its beginning kept as truncation does) is split into consecutive windows of L
+from its END, so the last window ends with ``<cls>`` and only the FIRST window is partial, LEFT-padded: its
+padded positions lie before every real token, so real tokens keep consecutive relative positions across the
+windows, and the padding that enters the memory is hidden by the backbone's ``mem_padding_mask``. A document
+that fits one window gives exactly the one-window features above. Stored right-aligned in
+[max_segments, L] (leading all-padding windows), with ``num_segments`` = the document's window count.
 """
 
 from __future__ import annotations
@@ -26,18 +34,24 @@ from xlnet_tf.fileutil import stat_identity
 from xlnet_tf.tokenizer import SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD
 
 LAYOUT = "xlnet-classification-v1"  # bump when the feature layout changes: invalidates cached TFRecords
+LONG_LAYOUT = "xlnet-classification-windows-v1"
 PAD_ID = 0  # the original classifier pads input ids with 0
 _DIGIT_COMMA = re.compile(r"[0-9],")
 
 
-def feature_spec(max_seq_length: int, regression: bool = False) -> FeatureSpec:
-    return {
-        "input_ids": ("int64", (max_seq_length,)),
-        "segment_ids": ("int64", (max_seq_length,)),
-        "padding_mask": ("int64", (max_seq_length,)),
+def feature_spec(max_seq_length: int, regression: bool = False, max_segments: Optional[int] = None) -> FeatureSpec:
+    """The one-window layout, or with ``max_segments`` the windows of a long document (memory mode)."""
+    shape = (max_seq_length,) if not max_segments else (int(max_segments), max_seq_length)
+    spec = {
+        "input_ids": ("int64", shape),
+        "segment_ids": ("int64", shape),
+        "padding_mask": ("int64", shape),
         "label": ("float32" if regression else "int64", ()),
         "is_real_example": ("int64", ()),
     }
+    if max_segments:
+        spec["num_segments"] = ("int64", ())
+    return spec
 
 
 def truncate_pair(ids_a: List[int], ids_b: List[int], max_length: int) -> None:
@@ -67,6 +81,45 @@ def build_features(ids_a: Sequence[int], ids_b: Optional[Sequence[int]], max_seq
     pad = max_seq_length - len(ids)
     return {"input_ids": [PAD_ID] * pad + ids, "segment_ids": [SEG_ID_PAD] * pad + seg,
             "padding_mask": [0] * pad + [1] * len(ids)}
+
+
+def build_windows(ids_a: Sequence[int], max_seq_length: int, sep_id: int, cls_id: int,
+                  max_segments: Optional[int] = None) -> Dict[str, List[List[int]]]:
+    """Token ids of one document -> its windows (see the module docstring): ``input_ids``, ``segment_ids``,
+    ``padding_mask`` as S lists of ``max_seq_length``; ``max_segments`` None: no cap."""
+    L = max_seq_length
+    if L < 2:
+        raise ValueError(f"max_seq_length={L} leaves no room for the special tokens")
+    ids = list(ids_a if not max_segments else ids_a[: int(max_segments) * L - 2])
+    n = len(ids) + 2
+    s = -(-n // L)
+    pad = s * L - n
+    tokens = [PAD_ID] * pad + ids + [sep_id, cls_id]
+    seg = [SEG_ID_PAD] * pad + [SEG_ID_A] * (len(ids) + 1) + [SEG_ID_CLS]
+    mask = [0] * pad + [1] * n
+    return {k: [v[i * L:(i + 1) * L] for i in range(s)]
+            for k, v in (("input_ids", tokens), ("segment_ids", seg), ("padding_mask", mask))}
+
+
+def right_align(windows: Dict[str, List[List[int]]], num_windows: int) -> Dict[str, object]:
+    """S windows -> ``num_windows`` (>= S): leading all-padding windows, plus ``num_segments`` = S."""
+    s = len(windows["input_ids"])
+    L = len(windows["input_ids"][0])
+    fill = {"input_ids": PAD_ID, "segment_ids": SEG_ID_PAD, "padding_mask": 0}
+    out: Dict[str, object] = {k: [[fill[k]] * L] * (num_windows - s) + v for k, v in windows.items()}
+    out["num_segments"] = s
+    return out
+
+
+def encode_documents(tokenizer, texts: Sequence[str], max_seq_length: int,
+                     max_segments: Optional[int] = None) -> Dict[str, np.ndarray]:
+    """Raw documents -> their windows, right-aligned to the longest: int32 [n, S, L] and ``num_segments`` [n]
+    (what the memory-mode SavedModel builds in-graph)."""
+    wins = [build_windows(ids, max_seq_length, tokenizer.sep_id, tokenizer.cls_id, max_segments)
+            for ids in encode_many(tokenizer, list(texts))]
+    s = max(len(w["input_ids"]) for w in wins)
+    feats = [right_align(w, s) for w in wins]
+    return {k: np.asarray([f[k] for f in feats], dtype=np.int32) for k in feats[0]}
 
 
 def encode_many(tokenizer, texts: Sequence[str], num_threads: int = 2) -> List[List[int]]:
@@ -103,8 +156,19 @@ def encode_texts(tokenizer, text_a: Union[str, Sequence[str]], text_b: Union[str
 
 
 def iter_features(examples: Iterable, tokenizer, task, max_seq_length: int, chunk: int = 4096,
-                  pad_to_multiple: Optional[int] = None) -> Iterator[Dict[str, object]]:
-    """Examples -> feature dicts, tokenised ``chunk`` examples at a time."""
+                  pad_to_multiple: Optional[int] = None,
+                  max_segments: Optional[int] = None) -> Iterator[Dict[str, object]]:
+    """Examples -> feature dicts, tokenised ``chunk`` examples at a time (``max_segments``: windows)."""
+    if max_segments:
+        def build(a, b):
+            if b:
+                raise ValueError(f"task {task.name}: long-document (memory) features take one text per example; "
+                                 f"this task has a text_b")
+            return right_align(build_windows(a, max_seq_length, tokenizer.sep_id, tokenizer.cls_id, max_segments),
+                               max_segments)
+    else:
+        def build(a, b):
+            return build_features(a, b, max_seq_length, tokenizer.sep_id, tokenizer.cls_id)
     examples = iter(examples)
     n = 0
     while True:
@@ -114,14 +178,14 @@ def iter_features(examples: Iterable, tokenizer, task, max_seq_length: int, chun
         ids_a = encode_many(tokenizer, [ex.text_a for ex in block])
         ids_b = encode_many(tokenizer, [ex.text_b or "" for ex in block])
         for ex, a, b in zip(block, ids_a, ids_b):
-            feat = build_features(a, b, max_seq_length, tokenizer.sep_id, tokenizer.cls_id)
+            feat = build(a, b)
             feat["label"] = task.label_id(ex.label)
             feat["is_real_example"] = 1
             n += 1
             yield feat
     if pad_to_multiple:
         while n % pad_to_multiple:
-            feat = build_features([], None, max_seq_length, tokenizer.sep_id, tokenizer.cls_id)
+            feat = build([], None)
             feat["label"] = 0.0 if task.regression else 0
             feat["is_real_example"] = 0
             n += 1
@@ -136,7 +200,7 @@ def _examples_digest(examples: Sequence) -> str:
 
 
 def features_meta(task, tokenizer, max_seq_length: int, sources: Union[List[dict], str],
-                  pad_to_multiple: Optional[int] = None) -> dict:
+                  pad_to_multiple: Optional[int] = None, max_segments: Optional[int] = None) -> dict:
     """What a cached TFRecord file must match: layout, task, tokenizer, max_seq_length, source files."""
     sp_file = getattr(tokenizer, "spiece_model_file", None)
     tok = {"class": type(tokenizer).__name__}
@@ -145,13 +209,16 @@ def features_meta(task, tokenizer, max_seq_length: int, sources: Union[List[dict
     for opt in ("lower", "remove_space", "keep_accents"):
         if hasattr(tokenizer, opt):
             tok[opt] = getattr(tokenizer, opt)
-    return {"layout": LAYOUT, "task": task.describe(), "tokenizer": tok, "max_seq_length": max_seq_length,
+    meta = {"layout": LAYOUT, "task": task.describe(), "tokenizer": tok, "max_seq_length": max_seq_length,
             "sources": sources, "pad_to_multiple": pad_to_multiple}
+    if max_segments:
+        meta.update(layout=LONG_LAYOUT, max_segments=int(max_segments))
+    return meta
 
 
 def write_features(examples: Union[Sequence, Callable[[], Sequence]], tokenizer, task, max_seq_length: int,
                    path: str, source_files: Optional[Sequence[str]] = None, pad_to_multiple: Optional[int] = None,
-                   progress: bool = True) -> int:
+                   progress: bool = True, max_segments: Optional[int] = None) -> int:
     """Writes the features of ``examples`` to ``path`` (atomic, with manifest); reuses a matching cache.
 
     ``examples``: a list, or a callable returning it (then it is only called when the cache is stale).
@@ -164,24 +231,27 @@ def write_features(examples: Union[Sequence, Callable[[], Sequence]], tokenizer,
         raise ValueError("pass source_files= when examples is a callable (the cache needs an identity)")
     else:
         sources = "sha1:" + _examples_digest(examples)
-    meta = features_meta(task, tokenizer, max_seq_length, sources, pad_to_multiple)
+    meta = features_meta(task, tokenizer, max_seq_length, sources, pad_to_multiple, max_segments)
     if is_valid_cache(path, meta):
         return int(read_manifest(path)["count"])
     exs = examples() if callable(examples) else examples
     total = len(exs) + ((-len(exs)) % pad_to_multiple if pad_to_multiple else 0)
     return cached_tfrecords(path, lambda: iter_features(exs, tokenizer, task, max_seq_length,
-                                                        pad_to_multiple=pad_to_multiple),
-                            feature_spec(max_seq_length, task.regression), meta=meta, total=total,
+                                                        pad_to_multiple=pad_to_multiple, max_segments=max_segments),
+                            feature_spec(max_seq_length, task.regression, max_segments), meta=meta, total=total,
                             desc=f"{task.name} features", progress=progress)
 
 
 def task_features(task, data_dir: str, split: str, tokenizer, max_seq_length: int, out_dir: str,
-                  pad_to_multiple: Optional[int] = None, progress: bool = True, overwrite: bool = False):
+                  pad_to_multiple: Optional[int] = None, progress: bool = True, overwrite: bool = False,
+                  max_segments: Optional[int] = None):
     """Reads ``split`` of ``task`` (only when no valid cache exists, or ``overwrite``) and writes its TFRecords.
 
-    Returns (path, record count); the file is ``out_dir/<task>-<split>-<max_seq_length>.tfrecord``.
+    Returns (path, record count); the file is ``out_dir/<task>-<split>-<max_seq_length>.tfrecord``
+    (``...-<max_seq_length>x<max_segments>.tfrecord`` for long-document windows).
     """
-    path = os.path.join(out_dir, f"{task.name}-{split}-{max_seq_length}.tfrecord")
+    size = f"{max_seq_length}x{int(max_segments)}" if max_segments else f"{max_seq_length}"
+    path = os.path.join(out_dir, f"{task.name}-{split}-{size}.tfrecord")
     if overwrite:
         for p in (path, tfrecord_io.manifest_path(path)):
             if os.path.exists(p):
@@ -190,7 +260,7 @@ def task_features(task, data_dir: str, split: str, tokenizer, max_seq_length: in
         task.discover_labels(data_dir)
     n = write_features(lambda: task.get_examples(data_dir, split), tokenizer, task, max_seq_length, path,
                        source_files=task.source_files(data_dir, split), pad_to_multiple=pad_to_multiple,
-                       progress=progress)
+                       progress=progress, max_segments=max_segments)
     return path, n
 
 
@@ -212,3 +282,33 @@ def make_dataset(paths: Union[str, Sequence[str]], batch_size: int, is_training:
     else:
         raise ValueError(f"{first}: no manifest; pass max_seq_length= (and regression=)")
     return tfrecord_io.make_dataset(paths, spec, batch_size, is_training, **kwargs)
+
+
+def trim_windows(batch: Dict[str, "tf.Tensor"]) -> Dict[str, "tf.Tensor"]:
+    """A batch of right-aligned windows [b, max_segments, L] -> the last max(num_segments) windows."""
+    import tensorflow as tf
+
+    s = tf.maximum(tf.reduce_max(batch["num_segments"]), 1)
+    return {k: v[:, -s:] if k in ("input_ids", "segment_ids", "padding_mask") else v for k, v in batch.items()}
+
+
+def make_window_dataset(paths: Union[str, Sequence[str]], batch_size: int, is_training: bool, bucket: bool = True,
+                        **kwargs):
+    """Long-document windows -> batches [b, S, L] with S = the batch's most windows (``trim_windows``).
+
+    Training with ``bucket``: batches of documents with the same window count (``group_by_window``), so no
+    batch computes a window only padding fills; S then varies from batch to batch (one trace: the model loops
+    over S in-graph). Without ``bucket`` (needed with gradient accumulation, which stacks batches of one shape)
+    every batch keeps all ``max_segments`` windows, the leading padding ones hidden by the masks. Evaluation and
+    prediction keep the file's order.
+    """
+    if not (is_training and bucket):
+        ds = make_dataset(paths, batch_size, is_training, **kwargs)
+        return ds if is_training else ds.map(trim_windows)
+    import tensorflow as tf
+
+    ds = make_dataset(paths, 1, is_training, drop_remainder=False, **kwargs).unbatch()
+    ds = ds.group_by_window(key_func=lambda f: tf.cast(f["num_segments"], tf.int64),
+                            reduce_func=lambda _, w: w.batch(batch_size, drop_remainder=True),
+                            window_size=batch_size)
+    return ds.map(trim_windows).prefetch(tf.data.AUTOTUNE)

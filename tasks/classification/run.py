@@ -15,19 +15,29 @@ class ClassifierRun(runner.TaskSpec):
     """A classification / regression task for the runner (plain arguments)."""
 
     def __init__(self, task, data_dir, tokenizer, config, max_seq_length, cache_dir, eval_batch_size,
-                 predict_batch_size, head_options, seed=42, progress=True, overwrite_data=False):
+                 predict_batch_size, head_options, seed=42, progress=True, overwrite_data=False,
+                 max_segments=None, bucket=True):
+        """``max_segments``: memory mode (long documents in up to that many windows, the model's
+        ``config.mem_len`` > 0); ``bucket``: training batches of documents with the same window count."""
         self.task, self.data_dir, self.tokenizer, self.config = task, data_dir, tokenizer, config
         self.L, self.cache_dir, self.head_options, self.seed = max_seq_length, cache_dir, head_options, seed
         self.eval_batch_size, self.predict_batch_size = eval_batch_size, predict_batch_size or eval_batch_size
         self.progress, self.overwrite_data = progress, overwrite_data
         self.name, self.main_metric = task.name, task.main_metric
+        self.max_segments, self.bucket = (int(max_segments) if max_segments else None), bucket
+        if self.max_segments and task.is_pair:
+            raise ValueError(f"--long_doc_mode=memory: task {task.name} has two texts; memory mode handles "
+                             f"single-text tasks")
+        if self.max_segments and config.mem_len <= 0:
+            raise ValueError("--long_doc_mode=memory needs --mem_len > 0")
 
     def build_features(self, split):
         """(TFRecord path, count) of ``split`` ("train", "dev", "test")."""
         from tasks.classification import features as cls_data
 
         return cls_data.task_features(self.task, self.data_dir, split, self.tokenizer, self.L, self.cache_dir,
-                                      progress=self.progress, overwrite=self.overwrite_data)
+                                      progress=self.progress, overwrite=self.overwrite_data,
+                                      max_segments=self.max_segments)
 
     def head(self):
         from heads.classification import ClassificationHead
@@ -39,7 +49,7 @@ class ClassifierRun(runner.TaskSpec):
     def feature_spec(self):
         from tasks.classification import features as cls_data
 
-        return cls_data.feature_spec(self.L, self.task.regression)
+        return cls_data.feature_spec(self.L, self.task.regression, self.max_segments)
 
     def prepare(self, splits):
         for split in splits:
@@ -49,6 +59,9 @@ class ClassifierRun(runner.TaskSpec):
     def train_dataset(self, batch_size, input_context):
         from tasks.classification import features as cls_data
 
+        if self.max_segments:
+            return cls_data.make_window_dataset(self.features("train")[0], batch_size, is_training=True,
+                                                bucket=self.bucket, seed=self.seed, input_context=input_context)
         return cls_data.make_dataset(self.features("train")[0], batch_size, is_training=True, seed=self.seed,
                                      input_context=input_context)
 
@@ -56,7 +69,10 @@ class ClassifierRun(runner.TaskSpec):
         from tasks.classification import features as cls_data
         from xlnet_tf import finetune
 
-        ds = cls_data.make_dataset(self.features(split)[0], batch_size, is_training=False)
+        if self.max_segments:
+            ds = cls_data.make_window_dataset(self.features(split)[0], batch_size, is_training=False)
+        else:
+            ds = cls_data.make_dataset(self.features(split)[0], batch_size, is_training=False)
         out = finetune.predict_with_labels(model, ds, self.finetuner.strategy)
         return out, out["score"] if self.task.regression else out["label_pred"]
 
@@ -81,7 +97,8 @@ class ClassifierRun(runner.TaskSpec):
         from tasks.classification.serving import ClassifierServing
 
         labels = None if self.task.regression else list(self.task.labels)
-        serving = ClassifierServing(model, self.tokenizer, self.L, label_names=labels)
+        serving = ClassifierServing(model, self.tokenizer, self.L, label_names=labels,
+                                    memory=bool(self.max_segments))  # the export reads the whole text
         serving.export(export_dir, pair=self.task.is_pair)
-        log.info("exported SavedModel to %s (signatures: serving_default(text_a%s), serve_ids)", export_dir,
+        log.info("exported SavedModel to %s (signatures: serving_default(text_a%s), serve_ids, embed)", export_dir,
                  ", text_b" if self.task.is_pair else "")

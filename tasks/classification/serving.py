@@ -1,7 +1,10 @@
 """The classifier's SavedModel: raw text in (tokenised in-graph), the head's outputs and the label name out.
 
 The in-graph layout is ``features.py``'s exactly (the tests compare them on real text): ``A <sep> (B <sep>)
-<cls>``, the longer side trimmed first, LEFT-padded, pad segment 4.
+<cls>``, the longer side trimmed first, LEFT-padded, pad segment 4. In memory mode (``memory=True``) a text of
+any length becomes the windows of ``features.build_windows`` (``document_windows``), and the model runs them
+left to right with its memory (a ``tf.while_loop`` in the graph, ``TaskModel``); a text of one window gives the
+one-window features, so the same answer as the truncating export.
 """
 
 from __future__ import annotations
@@ -10,7 +13,8 @@ from typing import Dict, Optional, Sequence
 
 import tensorflow as tf
 
-from xlnet_tf.export import SEG_PAD_CLASSIFIER, ServingModule, constant_rows, keep_first, pad_rows
+from xlnet_tf.export import (SEG_PAD_CLASSIFIER, ServingModule, constant_rows, keep_first, pad_rows,
+                             save_atomically)
 
 
 def truncate_lengths(len_a: tf.Tensor, len_b: tf.Tensor, budget) -> tuple:
@@ -53,11 +57,47 @@ def classification_features(ids_a: tf.RaggedTensor, ids_b: Optional[tf.RaggedTen
     return {k: tf.where(has_b, pair[k], single[k]) for k in pair}
 
 
-class ClassifierServing(ServingModule):
-    """Serving module for a fine-tuned classifier/regressor (TaskModel with a ClassificationHead)."""
+def left_pad(rt: tf.RaggedTensor, length: tf.Tensor, value) -> tf.Tensor:
+    """Ragged [b, None] -> dense [b, length] padded on the left; ``length`` may be a tensor (rows must fit)."""
+    n = tf.cast(rt.row_lengths(), tf.int32)
+    dense = rt.to_tensor(default_value=tf.cast(value, rt.dtype))
+    src = tf.range(length)[None, :] - (length - n)[:, None]
+    gathered = tf.gather(dense, tf.clip_by_value(src, 0, tf.maximum(tf.shape(dense)[1] - 1, 0)), batch_dims=1)
+    return tf.where(src >= 0, gathered, tf.cast(value, dense.dtype))
 
-    def __init__(self, model, tokenizer, max_seq_length: int, label_names: Optional[Sequence[str]] = None):
+
+def document_windows(ids_a: tf.RaggedTensor, max_seq_length: int, sep_id: int, cls_id: int,
+                     max_segments: Optional[int] = None) -> Dict[str, tf.Tensor]:
+    """``features.encode_documents`` in-graph: tokenised documents -> windows [b, S, L], right-aligned to the
+    batch's longest, and ``num_segments`` [b]."""
+    L = int(max_seq_length)
+    ids = tf.cast(ids_a, tf.int32)
+    batch = ids.nrows(out_type=tf.int32)
+    if max_segments:
+        ids = keep_first(ids, tf.fill([batch], int(max_segments) * L - 2))
+    sep, cls = constant_rows(batch, sep_id), constant_rows(batch, cls_id)
+    tokens = tf.concat([ids, sep, cls], axis=1)
+    segments = tf.concat([ids * 0, sep * 0, cls * 0 + 2], axis=1)
+    n = tf.cast(tokens.row_lengths(), tf.int32)
+    num = (n + L - 1) // L
+    total = tf.maximum(tf.reduce_max(num), 1) * L
+    shape = tf.stack([batch, -1, L])
+    return {"input_ids": tf.reshape(left_pad(tokens, total, 0), shape),
+            "segment_ids": tf.reshape(left_pad(segments, total, SEG_PAD_CLASSIFIER), shape),
+            "padding_mask": tf.reshape(left_pad(tf.ones_like(tokens), total, 0), shape),
+            "num_segments": num}
+
+
+class ClassifierServing(ServingModule):
+    """Serving module for a fine-tuned classifier/regressor (TaskModel with a ClassificationHead).
+
+    ``memory``: long documents in windows with memory (single text; ``max_segments`` caps the windows read,
+    None reads the whole text)."""
+
+    def __init__(self, model, tokenizer, max_seq_length: int, label_names: Optional[Sequence[str]] = None,
+                 memory: bool = False, max_segments: Optional[int] = None):
         super().__init__()
+        self.memory, self.max_segments = bool(memory), max_segments
         self.model = model
         self.tokenizer = tokenizer.tf_tokenizer() if hasattr(tokenizer, "tf_tokenizer") else tokenizer
         self.max_seq_length = int(max_seq_length)
@@ -73,6 +113,15 @@ class ClassifierServing(ServingModule):
         return out
 
     def ids_fn(self):
+        if self.memory:
+            spec = tf.TensorSpec([None, None, self.max_seq_length], tf.int32)
+
+            @tf.function(input_signature=[spec, spec, spec, tf.TensorSpec([None], tf.int32)])
+            def serve_windows(input_ids, segment_ids, padding_mask, num_segments):
+                return self._outputs({"input_ids": input_ids, "segment_ids": segment_ids,
+                                      "padding_mask": padding_mask, "num_segments": num_segments})
+
+            return serve_windows
         spec = tf.TensorSpec([None, self.max_seq_length], tf.int32)
 
         @tf.function(input_signature=[spec, spec, spec])
@@ -82,12 +131,39 @@ class ClassifierServing(ServingModule):
 
         return serve_ids
 
-    def text_fn(self, pair: bool):
+    def features(self, text_a, text_b=None):
+        """Raw text -> the model's features (one window, or the windows of memory mode)."""
+        if self.memory:
+            return document_windows(self.tokenizer.tokenize(text_a), self.max_seq_length, self.sep_id, self.cls_id,
+                                    self.max_segments)
+        ids_b = None if text_b is None else self.tokenizer.tokenize(text_b)
+        return classification_features(self.tokenizer.tokenize(text_a), ids_b, self.max_seq_length, self.sep_id,
+                                       self.cls_id)
+
+    def embed_fn(self, pair: bool):
+        """``embed``: the last layer's hidden state of the document's final ``<cls>`` [b, d_model] (with the memory
+        of the earlier windows in memory mode), the vector the head reads."""
         def run(text_a, text_b=None):
-            ids_b = None if text_b is None else self.tokenizer.tokenize(text_b)
-            feats = classification_features(self.tokenizer.tokenize(text_a), ids_b, self.max_seq_length,
-                                            self.sep_id, self.cls_id)
-            return self._outputs(feats)
+            out, _ = self.model.encode(self.features(text_a, text_b), training=False)
+            return {"embedding": tf.cast(out["sequence_output"][:, -1], tf.float32)}
+
+        s = tf.TensorSpec([None], tf.string)
+        if pair:
+            return tf.function(lambda text_a, text_b: run(text_a, text_b), input_signature=[s, s])
+        return tf.function(lambda text_a: run(text_a), input_signature=[s])
+
+    def export(self, export_dir: str, pair: bool = False) -> str:
+        """Signatures ``serving_default`` (raw text), ``serve_ids`` (features) and ``embed`` (raw text)."""
+        self.serve_text, self.serve_ids, self.embed = self.text_fn(pair), self.ids_fn(), self.embed_fn(pair)
+        return save_atomically(self, export_dir, {"serving_default": self.serve_text, "serve_ids": self.serve_ids,
+                                                  "embed": self.embed})
+
+    def text_fn(self, pair: bool):
+        if pair and self.memory:
+            raise ValueError("memory mode serves single-text classifiers (no text_b)")
+
+        def run(text_a, text_b=None):
+            return self._outputs(self.features(text_a, text_b))
 
         s = tf.TensorSpec([None], tf.string)
         if pair:
