@@ -58,12 +58,12 @@ PRETRAIN = dict(vocab_size=8000, seq_len=64, reuse_len=32, mem_len=32, perm_size
 # reaches: steps x 16 streams x 32 new tokens); spm_sentences: lines sampled for the SentencePiece model.
 MODES = {
     "quick": dict(train_steps=40, warmup_steps=4, heldout_every=20, heldout_steps=5, pretrain_docs=200,
-                  spm_sentences=20000, sst2_steps=60, seeds=(1,), imdb_steps=0),
+                  spm_sentences=20000, sst2_steps=100, seeds=(1,), imdb_steps=0),
     "full": dict(train_steps=200, warmup_steps=20, heldout_every=50, heldout_steps=10, pretrain_docs=600,
-                 spm_sentences=100000, sst2_steps=120, seeds=(1, 2, 3), imdb_steps=80, imdb_seeds=(1,),
+                 spm_sentences=100000, sst2_steps=200, seeds=(1, 2, 3), imdb_steps=100, imdb_seeds=(1,),
                  imdb_train=2560, imdb_test=1000),
 }
-FINETUNE = dict(train_batch_size=32, learning_rate=2e-4, warmup_fraction=0.1, dropout=0.1)
+FINETUNE = dict(train_batch_size=32, learning_rate=5e-4, warmup_fraction=0.1, dropout=0.1)
 TASKS = {"sst2": dict(task="sst-2", max_seq_length=64), "imdb": dict(task="imdb", max_seq_length=128)}
 ARMS = ("pretrained", "mlm", "scratch")  # (a) PLM, (b) MLM, (c) none
 

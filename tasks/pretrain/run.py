@@ -69,9 +69,11 @@ class PretrainSpec:
                              f"(seq_len {self.seq_len})")
 
     def data_settings(self) -> Dict:
-        """What the manifest records as the run's data settings."""
-        keys = ("objective", "seq_len", "reuse_len", "perm_size", "mask_alpha", "mask_beta", "num_predict", "bi_data",
-                "max_span", "use_eod", "use_eop", "data_seed", "uncased")
+        """What the manifest records as the run's data settings (``objective`` only when not the default, so a
+        permutation-LM run's manifest reads as before it existed)."""
+        keys = (("objective",) if self.objective != "plm" else ()) + (
+            "seq_len", "reuse_len", "perm_size", "mask_alpha", "mask_beta", "num_predict", "bi_data", "max_span",
+            "use_eod", "use_eop", "data_seed", "uncased")
         return {k: getattr(self, k) for k in keys}
 
     def sampler(self, tokenizer) -> Dict:
