@@ -52,6 +52,10 @@ stateless random ops seeded by ``(seed, record index)`` (deterministic, and diff
   So a target's query stream sees the non-targets and the targets/functional tokens earlier in the order (not
   itself); its content stream (perm_mask without the diagonal) also sees itself.
 
+Masked LM (``objective="mlm"``, ``sample_mlm_features``): the same records, BERT's targets instead: 15% of
+the pieces (never SEP/CLS) selected, 80% of them replaced by ``<mask>``, 10% by a random piece, 10% kept; no
+``perm_mask`` (full attention on the content stream).
+
 Batch features (BUILD.md): ``input_ids``, ``segment_ids`` [L] int32; ``perm_mask`` [L, L] float32
 (1 = may NOT attend); ``target_mapping`` [P, L] float32 one-hot rows (zero rows for padding); ``target`` [P]
 int32 (the ids at the target positions); ``target_mask`` [P] float32; ``input_q`` [L] float32 (1 = target: its
