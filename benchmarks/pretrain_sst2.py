@@ -19,6 +19,7 @@ valid articles, documents shuffled together with a fixed seed; held out: WikiTex
 
     python benchmarks/pretrain_sst2.py            # full (~60 min on 2 cores) -> results/pretrain_sst2.json
     python benchmarks/pretrain_sst2.py --quick    # <= 15 min, SST-2 only -> results/pretrain_sst2_quick.json
+    python benchmarks/pretrain_sst2.py --summary_type=mean   # every arm's head reads the mean, not <cls>
 
 The last line of stdout is one JSON object: heldout_loss_start, heldout_loss_end, unigram_loss (PLM run),
 mlm_heldout_loss_start / _end, sst2_acc_pretrained (PLM), sst2_acc_mlm, sst2_acc_scratch (means over the
@@ -63,7 +64,7 @@ MODES = {
                  spm_sentences=100000, sst2_steps=200, seeds=(1, 2, 3), imdb_steps=100, imdb_seeds=(1,),
                  imdb_train=2560, imdb_test=1000),
 }
-FINETUNE = dict(train_batch_size=32, learning_rate=5e-4, warmup_fraction=0.1, dropout=0.1)
+FINETUNE = dict(train_batch_size=32, learning_rate=5e-4, warmup_fraction=0.1, dropout=0.1, summary_type="last")
 TASKS = {"sst2": dict(task="sst-2", max_seq_length=64), "imdb": dict(task="imdb", max_seq_length=128)}
 ARMS = ("pretrained", "mlm", "scratch")  # (a) PLM, (b) MLM, (c) none
 
@@ -216,7 +217,8 @@ def finetune(work: str, task: str, data_dir: str, arm: str, seed: int, steps: in
             f"--train_batch_size={s['train_batch_size']}", f"--train_steps={steps}",
             f"--warmup_steps={int(steps * s['warmup_fraction'])}", f"--learning_rate={s['learning_rate']}",
             f"--dropout={s['dropout']}", f"--dropatt={s['dropout']}", f"--seed={seed}", "--save_steps=0",
-            "--iterations=25", "--do_train", "--do_eval", "--eval_batch_size=64", "--progress=false"]
+            "--iterations=25", "--do_train", "--do_eval", "--eval_batch_size=64", "--progress=false",
+            f"--summary_type={s['summary_type']}"]
     args.append(f"--init_checkpoint={init}" if init else f"--model_config_path={bb}/xlnet_tf_config.json")
     t0 = time.time()
     run(args, f"{task} {arm} seed {seed}", log_path=out + ".log")
@@ -325,6 +327,8 @@ def main() -> int:
     ap.add_argument("--imdb_steps", type=int, default=None, help="override the mode's IMDB steps (0: skip)")
     ap.add_argument("--seeds", type=str, default=None, help="fine-tuning seeds, comma-separated")
     ap.add_argument("--jobs", type=int, default=2, help="fine-tuning runs at once")
+    ap.add_argument("--summary_type", default="last", choices=["last", "first", "mean", "attn"],
+                    help="the fine-tuning head's sequence summary, for every arm (last: <cls>, the original)")
     args = ap.parse_args()
 
     name = "quick" if args.quick else "full"
@@ -336,6 +340,7 @@ def main() -> int:
     for key in ("sst2_steps", "imdb_steps"):
         if getattr(args, key) is not None:
             mode[key] = getattr(args, key)
+    FINETUNE["summary_type"] = args.summary_type
     if args.seeds:
         mode["seeds"] = mode["imdb_seeds"] = tuple(int(s) for s in args.seeds.split(","))
     data = shared_dir()
