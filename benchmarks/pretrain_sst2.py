@@ -17,7 +17,7 @@ valid articles, documents shuffled together with a fixed seed; held out: WikiTex
    subset of train; scored on a balanced subset of the TEST split). Curves:
    ``results/pretrain_finetune_curve[_quick].png``.
 
-    python benchmarks/pretrain_sst2.py            # full (~60 min on 2 cores) -> results/pretrain_sst2.json
+    python benchmarks/pretrain_sst2.py            # full (40 min on 2 busy cores) -> results/pretrain_sst2.json
     python benchmarks/pretrain_sst2.py --quick    # <= 15 min, SST-2 only -> results/pretrain_sst2_quick.json
     python benchmarks/pretrain_sst2.py --summary_type=mean   # every arm's head reads the mean, not <cls>
 
