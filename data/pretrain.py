@@ -52,6 +52,10 @@ stateless random ops seeded by ``(seed, record index)`` (deterministic, and diff
   So a target's query stream sees the non-targets and the targets/functional tokens earlier in the order (not
   itself); its content stream (perm_mask without the diagonal) also sees itself.
 
+Masked LM (``objective="mlm"``, ``sample_mlm_features``): the same records, BERT's targets instead: 15% of
+the pieces (never SEP/CLS) selected, 80% of them replaced by ``<mask>``, 10% by a random piece, 10% kept; no
+``perm_mask`` (full attention on the content stream).
+
 Batch features (BUILD.md): ``input_ids``, ``segment_ids`` [L] int32; ``perm_mask`` [L, L] float32
 (1 = may NOT attend); ``target_mapping`` [P, L] float32 one-hot rows (zero rows for padding); ``target`` [P]
 int32 (the ids at the target positions); ``target_mask`` [P] float32; ``input_q`` [L] float32 (1 = target: its
@@ -465,6 +469,60 @@ def sample_pretrain_features(input_ids, segment_ids, word_start, seed, *, reuse_
     return out
 
 
+MLM_MASK_PROB = 0.15
+NUM_SPECIAL_PIECES = 9  # <unk> <s> </s> <cls> <sep> <pad> <mask> <eod> <eop>: never drawn as random replacements
+
+
+def mlm_num_predict(seq_len: int, mask_prob: float = MLM_MASK_PROB) -> int:
+    return max(1, int(round(seq_len * mask_prob)))
+
+
+def sample_mlm_features(input_ids, segment_ids, seed, *, num_predict: int, vocab_size: int, mask_id: int = 6,
+                        sep_id: int = 4, cls_id: int = 3, replace_probs=(0.8, 0.1, 0.1),
+                        return_kind: bool = False) -> Dict[str, object]:
+    """One raw sequence [L] -> BERT-style masked-LM features (content stream only); ``seed``: int [2].
+
+    Selection: exactly ``min(num_predict, eligible)`` positions drawn uniformly without replacement among the
+    non-SEP/CLS tokens (``num_predict`` = 15% of ``seq_len`` by default: ``mlm_num_predict``), single pieces as
+    BERT's original recipe. Each selected input is replaced by ``mask_id`` (``replace_probs[0]``), by a random
+    ordinary piece (ids >= ``NUM_SPECIAL_PIECES``, ``replace_probs[1]``) or kept (the rest). Features:
+    ``input_ids`` (the corrupted input), ``segment_ids``, ``target_mapping`` [P, L] (selected positions in
+    order), ``target`` [P] (the original ids), ``target_mask`` [P]. ``return_kind`` adds ``mlm_kind`` [L]
+    int32: 0 not selected, 1 masked, 2 random, 3 kept.
+    """
+    import tensorflow as tf
+
+    seq_len = int(input_ids.shape[0])
+    input_ids = tf.cast(input_ids, tf.int32)
+    eligible = tf.logical_not(tf.equal(input_ids, sep_id) | tf.equal(input_ids, cls_id))
+    seeds = tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), num=3)
+    scores = tf.random.stateless_uniform([seq_len], seeds[0])
+    scores = tf.where(eligible, scores, -1.0)
+    count = tf.minimum(num_predict, tf.reduce_sum(tf.cast(eligible, tf.int32)))
+    idx = tf.sort(tf.math.top_k(scores, k=num_predict).indices[:count])
+    selected = tf.scatter_nd(idx[:, None], tf.ones_like(idx, tf.bool), [seq_len])
+    u = tf.random.stateless_uniform([seq_len], seeds[1])
+    p_mask, p_random = float(replace_probs[0]), float(replace_probs[0] + replace_probs[1])
+    random_ids = tf.random.stateless_uniform([seq_len], seeds[2], minval=NUM_SPECIAL_PIECES, maxval=vocab_size,
+                                             dtype=tf.int32)
+    kind = tf.where(selected, tf.where(u < p_mask, 1, tf.where(u < p_random, 2, 3)), 0)
+    corrupted = tf.where(kind == 1, mask_id, tf.where(kind == 2, random_ids, input_ids))
+    pad = num_predict - count
+    out = {
+        "input_ids": corrupted,
+        "segment_ids": tf.cast(segment_ids, tf.int32),
+        "target_mapping": tf.ensure_shape(
+            tf.concat([tf.one_hot(idx, seq_len, dtype=tf.float32), tf.zeros([pad, seq_len])], 0),
+            [num_predict, seq_len]),
+        "target": tf.ensure_shape(tf.concat([tf.gather(input_ids, idx), tf.zeros([pad], tf.int32)], 0),
+                                  [num_predict]),
+        "target_mask": tf.ensure_shape(tf.concat([tf.ones([count]), tf.zeros([pad])], 0), [num_predict]),
+    }
+    if return_kind:
+        out["mlm_kind"] = tf.cast(kind, tf.int32)
+    return out
+
+
 def _files_and_meta(files):
     if isinstance(files, str):
         files = sorted(glob.glob(files)) or [files]
@@ -479,13 +537,16 @@ def _files_and_meta(files):
 def make_pretrain_dataset(files, seq_len: int, reuse_len: int, batch_size: int, num_predict: Optional[int] = None,
                           perm_size: Optional[int] = None, mask_alpha: float = 6, mask_beta: float = 1,
                           bi_data: bool = False, seed: int = 0, repeat: bool = True, max_span: int = 5,
-                          sep_id: int = 4, cls_id: int = 3):
+                          sep_id: int = 4, cls_id: int = 3, objective: str = "plm", vocab_size: Optional[int] = None,
+                          mask_id: int = 6):
     """Pretraining TFRecords -> tf.data of per-replica batches (module docstring), in record order.
 
     ``files``: shard paths (read in the given order) or a glob (sorted). ``batch_size``: ``num_streams /
     num_groups`` of the files (per-replica batches) or ``num_streams`` (global batches), checked against the
     manifests, so that row b of every batch is the same stream. ``num_predict`` None =
     ``round(seq_len * mask_beta / mask_alpha)``.
+    ``objective="mlm"``: BERT-style masked-LM features instead (``sample_mlm_features``; ``num_predict`` None =
+    15% of ``seq_len``; ``vocab_size`` and ``mask_id`` required/used; the span and permutation settings unused).
     Batches are never shuffled; ``repeat`` restarts the streams after the last step.
     """
     import tensorflow as tf
@@ -503,13 +564,22 @@ def make_pretrain_dataset(files, seq_len: int, reuse_len: int, batch_size: int, 
             raise ValueError(f"{p}: {meta['num_streams']} streams in {meta['num_groups']} group(s) need a batch "
                              f"of {group} (per replica) or a multiple of it dividing {meta['num_streams']}, "
                              f"got {batch_size}")
+    if objective not in ("plm", "mlm"):
+        raise ValueError(f"objective must be plm or mlm, got {objective!r}")
+    if objective == "mlm" and not vocab_size:
+        raise ValueError("objective mlm needs vocab_size (random replacements)")
     if num_predict is None:
-        num_predict = int(round(seq_len * mask_beta / mask_alpha))
+        num_predict = (mlm_num_predict(seq_len) if objective == "mlm"
+                       else int(round(seq_len * mask_beta / mask_alpha)))
     spec = tfrecord_io.parse_spec(pretrain_record_spec(seq_len))
     base_seed = tf.constant(seed, tf.int64)
 
     def _map(index, serialized):
         ex = tf.io.parse_single_example(serialized, spec)
+        if objective == "mlm":
+            return sample_mlm_features(ex["input_ids"], ex["segment_ids"], tf.stack([base_seed, index]),
+                                       num_predict=num_predict, vocab_size=vocab_size, mask_id=mask_id,
+                                       sep_id=sep_id, cls_id=cls_id)
         return sample_pretrain_features(
             ex["input_ids"], ex["segment_ids"], ex["word_start"], tf.stack([base_seed, index]),
             reuse_len=reuse_len, num_predict=num_predict, perm_size=perm_size, mask_alpha=mask_alpha,
@@ -555,7 +625,7 @@ def make_train_dataset_fn(files, seq_len: int, reuse_len: int, per_replica_batch
     """``dataset_fn(input_context)`` for ``Trainer``: per-replica batches in stream order (never shuffled).
 
     ``sampler``: ``num_predict, perm_size, mask_alpha, mask_beta, bi_data, seed, max_span, sep_id, cls_id``
-    of ``make_pretrain_dataset``.
+    (and ``objective, vocab_size, mask_id``) of ``make_pretrain_dataset``.
     """
     def dataset_fn(ctx: tf.distribute.InputContext):
         ds = make_pretrain_dataset(files, seq_len, reuse_len, per_replica_batch, repeat=True, **sampler)

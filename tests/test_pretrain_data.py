@@ -266,3 +266,57 @@ def test_spm_train_special_ids(tmp_path):
     assert (tok.cls_id, tok.sep_id, tok.pad_id, tok.mask_id, tok.eod_id, tok.eop_id) == (3, 4, 5, 6, 7, 8)
     assert tok.vocab_size == 300 and tok.encode("First Citizen.")
     assert sorted(os.listdir(tmp_path)) == ["c.txt", "sp.model", "sp.vocab"]  # no temp leftovers
+
+
+# ------------------------------------------------------------------------------------ masked LM (BERT-style)
+def test_mlm_masking_rate_and_replacements():
+    """15% of the non-SEP/CLS pieces selected (exactly round(0.15 L) per sequence), 80/10/10 mask/random/kept,
+    targets = the original ids in position order, deterministic per seed."""
+    L, vocab = 40, 500
+    assert P.mlm_num_predict(L) == 6
+    rng = np.random.RandomState(0)
+    ids = rng.randint(P.NUM_SPECIAL_PIECES, vocab, size=L).astype(np.int32)
+    ids[[20, 37]], ids[38], ids[39] = 4, 4, 3  # SEP, SEP, SEP, CLS: never selected
+    seg = np.zeros(L, np.int32)
+    fn = tf.function(lambda s: P.sample_mlm_features(ids, seg, s, num_predict=6, vocab_size=vocab, mask_id=6,
+                                                     return_kind=True))
+    kinds, positions = [], np.zeros(L)
+    for i in range(1500):
+        f = {k: v.numpy() for k, v in fn(tf.constant([7, i], tf.int64)).items()}
+        kind, sel = f["mlm_kind"], f["mlm_kind"] > 0
+        assert sel.sum() == 6 and f["target_mask"].sum() == 6 and not sel[[20, 37, 38, 39]].any()
+        pos = np.argmax(f["target_mapping"], -1)
+        np.testing.assert_array_equal(pos, np.flatnonzero(sel))
+        np.testing.assert_array_equal(f["target"], ids[pos])
+        np.testing.assert_array_equal(f["input_ids"][kind == 0], ids[kind == 0])
+        assert (f["input_ids"][kind == 1] == 6).all() and (f["input_ids"][kind == 3] == ids[kind == 3]).all()
+        rnd = f["input_ids"][kind == 2]
+        assert ((rnd >= P.NUM_SPECIAL_PIECES) & (rnd < vocab)).all()
+        kinds.append(kind[sel])
+        positions += sel
+    kinds = np.concatenate(kinds)
+    frac = [np.mean(kinds == k) for k in (1, 2, 3)]  # 9000 draws: sd of a 10% share is 0.3 points
+    np.testing.assert_allclose(frac, [0.8, 0.1, 0.1], atol=0.015)
+    eligible = positions[[i for i in range(L) if i not in (20, 37, 38, 39)]]
+    assert eligible.min() > 0.5 * eligible.mean() and eligible.max() < 1.5 * eligible.mean()  # uniform
+    a = fn(tf.constant([7, 3], tf.int64))
+    b = fn(tf.constant([7, 3], tf.int64))
+    np.testing.assert_array_equal(a["input_ids"].numpy(), b["input_ids"].numpy())
+
+
+@needs_spiece
+def test_mlm_dataset_on_real_records(tiny_records):
+    """The same records read with objective="mlm": 15% of seq_len targets per row, the original ids."""
+    r = tiny_records
+    ds = P.make_pretrain_dataset(r["files"], r["seq_len"], r["reuse_len"], 4, bi_data=True, objective="mlm",
+                                 vocab_size=r["tok"].vocab_size, mask_id=r["tok"].mask_id, repeat=False)
+    batch = next(iter(ds))
+    assert batch["target"].shape == (4, P.mlm_num_predict(r["seq_len"])) and "perm_mask" not in batch
+    assert (batch["target_mask"].numpy() == 1).all()
+    raw = np.stack([rec["input_ids"] for rec in r["recs"][:4]])
+    pos = np.argmax(batch["target_mapping"].numpy(), -1)
+    np.testing.assert_array_equal(batch["target"].numpy(), np.take_along_axis(raw, pos, 1))
+    changed = batch["input_ids"].numpy() != raw
+    assert changed.any() and (np.take_along_axis(changed, pos, 1).sum() == changed.sum())
+    with pytest.raises(ValueError, match="vocab_size"):
+        P.make_pretrain_dataset(r["files"], r["seq_len"], r["reuse_len"], 4, bi_data=True, objective="mlm")

@@ -3,6 +3,11 @@
 Model contract of ``xlnet_tf/training.py``: ``model(features, training)`` -> ``{"logits": [b, P, n_token]}``;
 ``per_example_loss(features, outputs)`` -> float32 [b]; ``variable_depth(v)``; ``n_layer``.
 
+Objectives: ``plm`` (the paper's permutation LM: two streams, the query stream predicts the targets) or ``mlm``
+(BERT-style masked LM on the same backbone, memory included: the content stream reads the corrupted input of
+``data.pretrain.sample_mlm_features`` with full attention, and its output at the selected positions, gathered
+by ``target_mapping``, goes to the same tied head).
+
 Head (the original ``lm_loss``): ``logits = query_output · lookup_tableᵀ + lm_loss/bias`` (``XLNetModel.lm_logits``:
 tied, no projection, no LayerNorm); ``CE = softmax cross-entropy(logits, target)``.
 
@@ -54,10 +59,13 @@ class PretrainModel(WrapsBackbone, keras.Model):
     """Backbone + tied LM head; ``per_replica_batch`` sizes the memory (the batch each replica sees)."""
 
     def __init__(self, config: XLNetConfig, per_replica_batch: int, seed: int = 0, token_weighted: bool = True,
-                 name: str = "pretrain_model", **kwargs):
+                 objective: str = "plm", name: str = "pretrain_model", **kwargs):
         super().__init__(name=name, **kwargs)
         if isinstance(config, dict):
             config = XLNetConfig.from_dict(config)
+        if objective not in ("plm", "mlm"):
+            raise ValueError(f"objective must be plm or mlm, got {objective!r}")
+        self.objective = objective
         if config.bi_data and per_replica_batch % 2:
             raise ValueError(f"bi_data needs an even per-replica batch, got {per_replica_batch}")
         self.backbone = XLNetModel(config, seed=seed)
@@ -90,10 +98,17 @@ class PretrainModel(WrapsBackbone, keras.Model):
                 raise ValueError(f"batch of {batch} rows, but the memory was sized for {self.per_replica_batch} "
                                  f"(per_replica_batch): the data's streams per replica must match")
             mems = [tf.convert_to_tensor(v.value) for v in self.mem_vars]
-        out = self.backbone(ids, segment_ids=features.get("segment_ids"), padding_mask=features.get("padding_mask"),
-                            mems=mems, perm_mask=features["perm_mask"], target_mapping=features["target_mapping"],
-                            training=training)
-        result = {"logits": self.backbone.lm_logits(out["query_output"])}
+        if self.objective == "mlm":  # content stream only, full attention; predictions at the selected positions
+            out = self.backbone(ids, segment_ids=features.get("segment_ids"),
+                                padding_mask=features.get("padding_mask"), mems=mems, training=training)
+            seq = out["sequence_output"]
+            hidden = tf.einsum("bpl,bld->bpd", tf.cast(features["target_mapping"], seq.dtype), seq)
+        else:
+            out = self.backbone(ids, segment_ids=features.get("segment_ids"),
+                                padding_mask=features.get("padding_mask"), mems=mems, perm_mask=features["perm_mask"],
+                                target_mapping=features["target_mapping"], training=training)
+            hidden = out["query_output"]
+        result = {"logits": self.backbone.lm_logits(hidden)}
         if "new_mems" in out:
             if stateful:
                 for var, new in zip(self.mem_vars, out["new_mems"]):
