@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import atexit
 import errno
+import json
 import logging
 import os
 import sys
@@ -160,6 +161,25 @@ def _checkpoint_identity(path: Optional[str]):
     return [stat_identity(p) for p in files if os.path.isfile(p)]
 
 
+def _check_case(F) -> None:
+    """A backbone pretrained by run_pretrain.py records whether its tokenizer lower-cased the text
+    (``pretrain_results.json`` beside the checkpoint); fine-tuning it with the other casing turns capitals into
+    <unk> pieces silently, so it is an error."""
+    path = getattr(F, "init_checkpoint", None)
+    if not path:
+        return
+    results = os.path.join(path if os.path.isdir(path) else os.path.dirname(path) or ".", "pretrain_results.json")
+    try:
+        with open(results, encoding="utf-8") as f:
+            pretrained_uncased = json.load(f).get("uncased")
+    except (OSError, ValueError, AttributeError):
+        return
+    if pretrained_uncased is not None and bool(pretrained_uncased) != bool(F.uncased):
+        want = "pass --uncased" if pretrained_uncased else "drop --uncased"
+        raise ValueError(f"--init_checkpoint {path} was pretrained with uncased={str(bool(pretrained_uncased)).lower()} "
+                         f"({results}), this run has uncased={str(bool(F.uncased)).lower()}: {want}")
+
+
 def start_run(F, run_dir: str, script: str, task: str, config, tokenizer, training: bool,
               train_sources: Optional[Sequence[str]] = (), data: Optional[Dict] = None,
               work_dirs: Sequence[str] = ()):
@@ -173,6 +193,7 @@ def start_run(F, run_dir: str, script: str, task: str, config, tokenizer, traini
     if vocab > config.n_token:
         raise ValueError(f"--spiece_model_file {tokenizer.spiece_model_file}: vocabulary of {vocab} pieces, but "
                          f"the model embeds only n_token={config.n_token}: use the model's own spiece.model")
+    _check_case(F)
     manifest = {"script": script, "task": task,
                 "tokenizer": {"sha256": content_hash(tokenizer.spiece_model_file), "uncased": bool(F.uncased)},
                 "model_shape": config.to_original_dict(), "model": config.to_dict(),

@@ -351,6 +351,22 @@ def test_cli_smoke_and_backbone_loads_into_task_model(background):
     assert ckpt.get_tensor("model/lm_loss/bias").any()  # the trained LM bias is saved too
 
 
+def test_finetuning_with_the_other_casing_is_refused(background):
+    """The pretrained directory records the tokenizer's casing; fine-tuning it with the other casing would turn
+    capitals into <unk> silently, so run_common refuses it before any work (and accepts the same casing)."""
+    import types
+
+    import run_common
+
+    background["cli"].wait(timeout=300)
+    bb = os.path.join(background["cli_out"], "pretrained")
+    assert os.path.isfile(os.path.join(bb, "pretrain_results.json"))  # written by the CLI run (not uncased)
+    run_common._check_case(types.SimpleNamespace(init_checkpoint=bb, uncased=False))
+    run_common._check_case(types.SimpleNamespace(init_checkpoint=os.path.join(bb, "xlnet_model.ckpt"), uncased=False))
+    with pytest.raises(ValueError, match="pretrained with uncased=false .*drop --uncased"):
+        run_common._check_case(types.SimpleNamespace(init_checkpoint=bb, uncased=True))
+
+
 
 def test_pretrained_backbone_round_trips_into_the_finetuning_run(work, tmp_path):
     """Pretrain a few steps, save, and build the fine-tuning run's model the way run_classifier.py does
