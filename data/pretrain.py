@@ -451,17 +451,11 @@ def sample_pretrain_features(input_ids, segment_ids, word_start, seed, *, reuse_
     is_target = tf.concat(targets, 0)
     idx = tf.cast(tf.where(is_target)[:, 0], tf.int32)
     count = tf.shape(idx)[0]
-    pad = num_predict - count
     out = {
         "input_ids": input_ids,
         "segment_ids": tf.cast(segment_ids, tf.int32),
         "perm_mask": tf.ensure_shape(perm_mask, [seq_len, seq_len]),
-        "target_mapping": tf.ensure_shape(
-            tf.concat([tf.one_hot(idx, seq_len, dtype=tf.float32), tf.zeros([pad, seq_len])], 0),
-            [num_predict, seq_len]),
-        "target": tf.ensure_shape(tf.concat([tf.gather(input_ids, idx), tf.zeros([pad], tf.int32)], 0),
-                                  [num_predict]),
-        "target_mask": tf.ensure_shape(tf.concat([tf.ones([count]), tf.zeros([pad])], 0), [num_predict]),
+        **_target_features(input_ids, idx, count, num_predict, seq_len),
         "input_q": tf.cast(is_target, tf.float32),
     }
     if return_order:
@@ -475,6 +469,23 @@ NUM_SPECIAL_PIECES = 9  # <unk> <s> </s> <cls> <sep> <pad> <mask> <eod> <eop>: n
 
 def mlm_num_predict(seq_len: int, mask_prob: float = MLM_MASK_PROB) -> int:
     return max(1, int(round(seq_len * mask_prob)))
+
+
+def _target_features(input_ids, idx, count, num_predict: int, seq_len: int) -> Dict[str, object]:
+    """The prediction targets at positions ``idx`` (``count`` of them, in order) padded to ``num_predict``:
+    ``target_mapping`` [P, L] one-hot rows (zero rows for padding), ``target`` [P] (the original ids),
+    ``target_mask`` [P] (1 = a real target)."""
+    import tensorflow as tf
+
+    pad = num_predict - count
+    return {
+        "target_mapping": tf.ensure_shape(
+            tf.concat([tf.one_hot(idx, seq_len, dtype=tf.float32), tf.zeros([pad, seq_len])], 0),
+            [num_predict, seq_len]),
+        "target": tf.ensure_shape(tf.concat([tf.gather(input_ids, idx), tf.zeros([pad], tf.int32)], 0),
+                                  [num_predict]),
+        "target_mask": tf.ensure_shape(tf.concat([tf.ones([count]), tf.zeros([pad])], 0), [num_predict]),
+    }
 
 
 def sample_mlm_features(input_ids, segment_ids, seed, *, num_predict: int, vocab_size: int, mask_id: int = 6,
@@ -507,16 +518,10 @@ def sample_mlm_features(input_ids, segment_ids, seed, *, num_predict: int, vocab
                                              dtype=tf.int32)
     kind = tf.where(selected, tf.where(u < p_mask, 1, tf.where(u < p_random, 2, 3)), 0)
     corrupted = tf.where(kind == 1, mask_id, tf.where(kind == 2, random_ids, input_ids))
-    pad = num_predict - count
     out = {
         "input_ids": corrupted,
         "segment_ids": tf.cast(segment_ids, tf.int32),
-        "target_mapping": tf.ensure_shape(
-            tf.concat([tf.one_hot(idx, seq_len, dtype=tf.float32), tf.zeros([pad, seq_len])], 0),
-            [num_predict, seq_len]),
-        "target": tf.ensure_shape(tf.concat([tf.gather(input_ids, idx), tf.zeros([pad], tf.int32)], 0),
-                                  [num_predict]),
-        "target_mask": tf.ensure_shape(tf.concat([tf.ones([count]), tf.zeros([pad])], 0), [num_predict]),
+        **_target_features(input_ids, idx, count, num_predict, seq_len),
     }
     if return_kind:
         out["mlm_kind"] = tf.cast(kind, tf.int32)
