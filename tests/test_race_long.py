@@ -4,6 +4,8 @@ model's window loop over the choice axis, and what each mode reads of a long art
 Tiny random-init models; real RACE dev articles (``../shared/data/race``).
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -181,3 +183,31 @@ def test_window_dataset_and_training_step(tok, examples, tmp_path):
     grads = tape.gradient(loss, model.trainable_variables)
     none = [v.path for v, g in zip(model.trainable_variables, grads) if g is None]
     assert np.isfinite(loss.numpy()) and sorted(none) == ["xlnet/lm_bias", "xlnet/mask_emb"], none  # pretraining only
+
+
+def test_serving_windows_match_python_and_the_model(tok, examples, models):
+    """The export's in-graph windows (whole articles, no cap) == ``encode_race(windows=True)`` right-aligned to the
+    batch's most windows; the served answer == the model on the Python windows."""
+    import tensorflow as tf
+
+    from tasks.race import features as R
+    from tasks.race.serving import RaceServing
+
+    mem, _ = models
+    exs = examples[::7][:6]
+    exs[1] = dataclasses.replace(exs[1], article=tok.decode(tok.encode(exs[1].article)[:20]))  # one window
+    py = [R.encode_race(tok, ex.article, ex.question, ex.options, L, QA, windows=True) for ex in exs]
+    w = max(int(f["num_segments"]) for f in py)
+    assert w > 3 and int(py[1]["num_segments"]) == 1
+    want = {k: np.stack([np.concatenate([np.zeros((4, w - f[k].shape[1], L), np.int32) + (4 if k == "segment_ids"
+                                                                                         else 0), f[k]], 1)
+                         for f in py]) for k in ("input_ids", "segment_ids", "padding_mask")}
+    want["num_segments"] = np.array([int(f["num_segments"]) for f in py])
+    serving = RaceServing(mem, tok, L, QA, memory=True)
+    got = serving.features([ex.article for ex in exs], [ex.question for ex in exs], [list(ex.options) for ex in exs])
+    for k in want:
+        np.testing.assert_array_equal(got[k].numpy(), want[k], err_msg=k)
+    served = serving.text_fn()(tf.constant([ex.article for ex in exs]), tf.constant([ex.question for ex in exs]),
+                               tf.constant([list(ex.options) for ex in exs]))
+    probs = tf.nn.softmax(mem(want)["logits"]).numpy()
+    np.testing.assert_allclose(served["probabilities"].numpy(), probs, atol=1e-6)

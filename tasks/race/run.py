@@ -170,10 +170,7 @@ class RaceRun(runner.TaskSpec):
     def export(self, model, export_dir):
         from tasks.race.serving import RaceServing
 
-        if self.max_segments:
-            log.warning("--long_doc_mode=memory: the RACE SavedModel truncates the article to one window (memory "
-                        "over long articles is not built into the RACE export); articles that fit one window get "
-                        "the same answer as in memory mode")
-        RaceServing(model, self.tokenizer, self.L, self.QA).export(export_dir)
+        # memory mode: the export reads the whole article in windows (no max_segments cap)
+        RaceServing(model, self.tokenizer, self.L, self.QA, memory=bool(self.max_segments)).export(export_dir)
         log.info("exported SavedModel to %s (signatures: serving_default(article, question, options[4]), "
                  "serve_ids)", export_dir)
