@@ -49,7 +49,7 @@ flags.DEFINE_enum("long_doc_mode", "truncate", ["truncate", "memory"],
                   "gets gradients).")
 flags.DEFINE_integer("mem_len", None, "memory mode: memory length in positions (default: max_seq_length).")
 flags.DEFINE_integer("max_segments", 8, "memory mode: at most this many windows per option (a longer article keeps "
-                     "its beginning, as truncation). The SavedModel export still truncates to one window.")
+                     "its beginning, as truncation); the export reads the whole article.")
 run_common.define_common_flags(default_seq_len=512, default_lr=2e-5)
 
 log = logging.getLogger("run_race")
