@@ -173,7 +173,8 @@ def test_window_dataset_and_training_step(tok, examples, tmp_path):
     for i, b in enumerate(ev):
         s = max(int(r["num_segments"]) for r in recs[8 * i:8 * i + 8])
         assert b["input_ids"].shape == (8, 4, s, L)
-        np.testing.assert_array_equal(b["input_ids"].numpy(), np.stack([r["input_ids"][:, -s:] for r in recs[8 * i:8 * i + 8]]))
+        want = np.stack([r["input_ids"][:, -s:] for r in recs[8 * i:8 * i + 8]])
+        np.testing.assert_array_equal(b["input_ids"].numpy(), want)
     tr = next(iter(R.race_dataset(path, L, 2, is_training=True, max_segments=6, seed=0)))
     assert len(set(tr["num_segments"].numpy().tolist())) == 1 and tr["input_ids"].shape[2] == tr["num_segments"][0]
     model = make_model(2 * L)

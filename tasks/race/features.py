@@ -199,7 +199,8 @@ def write_race_features(source: str, split: str, output_path: str, tokenizer: XL
     total = sum(len(d.examples) for d in docs)
     return tfrecord_io.cached_tfrecords(
         output_path, lambda: iter_features(docs, tokenizer, max_seq_length, max_qa_length, num_workers, max_segments),
-        race_feature_spec(max_seq_length, max_segments=max_segments), meta=meta, total=total, desc=f"RACE {split}", progress=progress)
+        race_feature_spec(max_seq_length, max_segments=max_segments), meta=meta, total=total, desc=f"RACE {split}",
+        progress=progress)
 
 
 # ---------------------------------------------------------------------------------------------- reading

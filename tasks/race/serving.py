@@ -11,7 +11,8 @@ The in-graph layout is exactly ``tasks/race/features.py``'s ``encode_race`` (tes
 ``max_seq_length - 3 - len(qa)``; ``article <sep> qa <sep> <cls>`` LEFT-padded with id 0, segments 0 / 1 / 2,
 padding segment 4. Memory mode (``memory=True``): the same signatures, the article read whole in windows
 (``race_windows``, in-graph twin of ``encode_race(..., windows=True)``) through the model's window loop;
-``serve_ids`` then takes windows [batch, 4, W, max_seq_length] and ``num_segments`` [batch]. Load in a fresh process with ``import tensorflow_text`` (registers the SentencePiece ops).
+``serve_ids`` then takes windows [batch, 4, W, max_seq_length] and ``num_segments`` [batch]. Load in a fresh
+process with ``import tensorflow_text`` (registers the SentencePiece ops).
 """
 
 from __future__ import annotations
