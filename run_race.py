@@ -42,6 +42,14 @@ flags.DEFINE_integer("train_subset", None, "Train on N questions of train only (
 flags.DEFINE_integer("eval_subset", None, "Evaluate/predict on N questions only (default: all).")
 flags.DEFINE_enum("eval_split", "dev", ["dev", "test"], "Split scored by --do_eval.")
 flags.DEFINE_integer("num_workers", None, "Processes tokenising RACE (default: CPU count, at most 8).")
+flags.DEFINE_enum("long_doc_mode", "truncate", ["truncate", "memory"],
+                  "Articles longer than one window: truncate (keep the article's beginning, the original) or memory "
+                  "(per option, the article's earlier windows run left to right as memory, the last window holds "
+                  "the article's tail, the question and option, and the CLS the head reads; only the last window "
+                  "gets gradients).")
+flags.DEFINE_integer("mem_len", None, "memory mode: memory length in positions (default: max_seq_length).")
+flags.DEFINE_integer("max_segments", 8, "memory mode: at most this many windows per option (a longer article keeps "
+                     "its beginning, as truncation); the export reads the whole article.")
 run_common.define_common_flags(default_seq_len=512, default_lr=2e-5)
 
 log = logging.getLogger("run_race")
@@ -65,19 +73,27 @@ def main(_):
     L, QA = F.max_seq_length, F.max_qa_length
     if QA < 1 or L - 3 < QA:
         raise ValueError(f"need 1 <= --max_qa_length <= --max_seq_length - 3 (got {QA}, {L})")
+    memory = F.long_doc_mode == "memory"
+    if memory and F.max_segments < 1:
+        raise ValueError(f"--max_segments: expected >= 1, got {F.max_segments}")
+    mem_len = (F.mem_len if F.mem_len is not None else L) if memory else 0
+    if memory and mem_len <= 0:
+        raise ValueError(f"--mem_len: expected > 0 in memory mode, got {mem_len}")
     paths = run_common.output_paths(F)
     strategy = run_common.strategy(F)
     tokenizer = run_common.tokenizer(F)
-    config = run_common.model_config(F)
+    config = run_common.model_config(F, mem_len=mem_len) if memory else run_common.model_config(F)
     run_common.start_run(F, paths["output_dir"], "run_race", "race", config, tokenizer, F.do_train,
                          train_sources=race_train_sources(F.data_dir, levels) if F.do_train else (),
-                         data={"max_seq_length": L, "max_qa_length": QA, "train_subset": F.train_subset},
+                         data=dict({"max_seq_length": L, "max_qa_length": QA, "train_subset": F.train_subset},
+                                   **({"long_doc_mode": "memory", "max_segments": F.max_segments} if memory else {})),
                          work_dirs=[paths["model_dir"], paths["cache_dir"]])
     subsets = {"train": F.train_subset, F.eval_split: F.eval_subset, "test": F.eval_subset}
     head_options = dict(summary_type=F.summary_type, dropout=F.dropout, dropatt=F.dropatt)
     spec = RaceRun(F.data_dir, tokenizer, config, L, QA, paths["cache_dir"], F.high_only, F.middle_only,
                    F.eval_split, subsets, F.eval_batch_size, F.predict_batch_size, head_options, seed=F.seed,
-                   num_workers=F.num_workers, progress=F.progress, overwrite_data=F.overwrite_data)
+                   num_workers=F.num_workers, progress=F.progress, overwrite_data=F.overwrite_data,
+                   max_segments=F.max_segments if memory else None, bucket=F.grad_accum_steps == 1)
     run_common.run_task(F, spec, plan, config, strategy)
 
 

@@ -12,6 +12,8 @@ hidden by ``mem_padding_mask``); the last window runs with that memory in the ca
 (its CLS). So only the last window gets gradients, as "no gradient into memory". In inference a batch of
 one-window documents takes the plain path: exactly the output of the one-window features (in training, and in
 batches mixing lengths, a one-window document attends to an all-hidden memory: the same up to rounding).
+With a choice axis (RACE: [batch, choices, windows, seq]) the windows are flattened to [batch*choices, windows,
+seq]: each option's sequence is its own document.
 """
 
 from __future__ import annotations
@@ -63,6 +65,10 @@ class TaskModel(WrapsBackbone, keras.Model):
             raise ValueError("long-document features (num_segments) need a model with memory: config.mem_len > 0")
         names = ("input_ids", "segment_ids", "padding_mask")
         ids, seg, mask = (tf.cast(features[k], tf.int32) for k in names)
+        if ids.shape.rank == 4:  # [batch, choices, windows, seq] -> [batch*choices, windows, seq]
+            flat = lambda t: tf.reshape(t, [-1] + [d if d is not None else tf.shape(t)[i]  # noqa: E731
+                                                    for i, d in enumerate(t.shape[2:], 2)])
+            ids, seg, mask = flat(ids), flat(seg), flat(mask)
         last = dict(features, **{k: t[:, -1] for k, t in zip(names, (ids, seg, mask))})
         del last["num_segments"]
 

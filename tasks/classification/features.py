@@ -285,11 +285,11 @@ def make_dataset(paths: Union[str, Sequence[str]], batch_size: int, is_training:
 
 
 def trim_windows(batch: Dict[str, "tf.Tensor"]) -> Dict[str, "tf.Tensor"]:
-    """A batch of right-aligned windows [b, max_segments, L] -> the last max(num_segments) windows."""
+    """A batch of right-aligned windows [b, (choices,) max_segments, L] -> the last max(num_segments) windows."""
     import tensorflow as tf
 
     s = tf.maximum(tf.reduce_max(batch["num_segments"]), 1)
-    return {k: v[:, -s:] if k in ("input_ids", "segment_ids", "padding_mask") else v for k, v in batch.items()}
+    return {k: v[..., -s:, :] if k in ("input_ids", "segment_ids", "padding_mask") else v for k, v in batch.items()}
 
 
 def make_window_dataset(paths: Union[str, Sequence[str]], batch_size: int, is_training: bool, bucket: bool = True,

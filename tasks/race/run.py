@@ -40,18 +40,23 @@ def race_train_sources(data_dir: str, levels):
 
 
 class RaceRun(runner.TaskSpec):
-    """RACE for the runner (plain arguments). ``subsets``: {split: N questions or None}."""
+    """RACE for the runner (plain arguments). ``subsets``: {split: N questions or None}. ``max_segments``: memory
+    mode (long articles in up to that many windows per option; the model's ``config.mem_len`` > 0); ``bucket``:
+    training batches of questions with the same window count."""
     name, main_metric = "race", "accuracy"
 
     def __init__(self, data_dir, tokenizer, config, max_seq_length, max_qa_length, cache_dir, high_only,
                  middle_only, eval_split, subsets, eval_batch_size, predict_batch_size, head_options, seed=42,
-                 num_workers=None, progress=True, overwrite_data=False):
+                 num_workers=None, progress=True, overwrite_data=False, max_segments=None, bucket=True):
         self.data_dir, self.tokenizer, self.config = data_dir, tokenizer, config
         self.L, self.QA, self.cache_dir = max_seq_length, max_qa_length, cache_dir
         self.high_only, self.middle_only, self.eval_split, self.subsets = high_only, middle_only, eval_split, subsets
         self.eval_batch_size, self.predict_batch_size = eval_batch_size, predict_batch_size or eval_batch_size
         self.head_options, self.seed, self.num_workers = head_options, seed, num_workers
         self.progress, self.overwrite_data = progress, overwrite_data
+        self.max_segments, self.bucket = (int(max_segments) if max_segments else None), bucket
+        if self.max_segments and config.mem_len <= 0:
+            raise ValueError("--long_doc_mode=memory needs --mem_len > 0")
 
     def build_features(self, split):
         """(TFRecord path, question count) of ``split`` ("train", "dev", "test")."""
@@ -62,7 +67,8 @@ class RaceRun(runner.TaskSpec):
         L, QA, subset = self.L, self.QA, self.subsets.get(split)
         levels = "-".join(race_task.select_levels(self.high_only, self.middle_only))
         sub = f"-sub{subset}" if subset else ""
-        path = os.path.join(self.cache_dir, f"race-{split}-{levels}-{L}-{QA}{sub}.tfrecord")
+        size = f"{L}x{self.max_segments}" if self.max_segments else f"{L}"
+        path = os.path.join(self.cache_dir, f"race-{split}-{levels}-{size}-{QA}{sub}.tfrecord")
         if self.overwrite_data:
             for p in (path, tfrecord_io.manifest_path(path)):
                 if os.path.exists(p):
@@ -71,16 +77,18 @@ class RaceRun(runner.TaskSpec):
         if not subset:
             n = race_data.write_race_features(self.data_dir, split, path, self.tokenizer, L, QA,
                                               high_only=self.high_only, middle_only=self.middle_only,
-                                              num_workers=self.num_workers, progress=self.progress)
+                                              num_workers=self.num_workers, progress=self.progress,
+                                              max_segments=self.max_segments)
         else:
             meta = race_data.features_meta(self.data_dir, split, self.tokenizer, L, QA, self.high_only,
-                                           self.middle_only)
+                                           self.middle_only, self.max_segments)
             meta["subset"] = {"n": int(subset), "seed": 0}
 
             def build():
-                return race_data.iter_features(self.documents(split), self.tokenizer, L, QA, self.num_workers)
+                return race_data.iter_features(self.documents(split), self.tokenizer, L, QA, self.num_workers,
+                                               self.max_segments)
 
-            n = tfrecord_io.cached_tfrecords(path, build, race_data.race_feature_spec(L), meta=meta, total=subset,
+            n = tfrecord_io.cached_tfrecords(path, build, self.feature_spec(), meta=meta, total=subset,
                                              desc=f"RACE {split}", progress=self.progress)
         log.info("%s: %d questions in %s (%.1fs)", split, n, path, time.time() - t0)
         return path, n
@@ -100,7 +108,7 @@ class RaceRun(runner.TaskSpec):
     def feature_spec(self):
         from tasks.race import features as race_data
 
-        return race_data.race_feature_spec(self.L)
+        return race_data.race_feature_spec(self.L, max_segments=self.max_segments)
 
     def prepare(self, splits):
         for split in splits:
@@ -110,13 +118,15 @@ class RaceRun(runner.TaskSpec):
         from tasks.race import features as race_data
 
         return race_data.race_dataset(self.features("train")[0], self.L, batch_size, is_training=True,
-                                      seed=self.seed, input_context=input_context)
+                                      max_segments=self.max_segments, bucket=self.bucket, seed=self.seed,
+                                      input_context=input_context)
 
     def _predict(self, model, split, batch_size):
         from tasks.race import features as race_data
         from xlnet_tf import finetune
 
-        ds = race_data.race_dataset(self.features(split)[0], self.L, batch_size, is_training=False)
+        ds = race_data.race_dataset(self.features(split)[0], self.L, batch_size, is_training=False,
+                                    max_segments=self.max_segments)
         return finetune.predict_with_labels(model, ds, self.finetuner.strategy), ds
 
     def evaluate(self, model, step):
@@ -160,6 +170,7 @@ class RaceRun(runner.TaskSpec):
     def export(self, model, export_dir):
         from tasks.race.serving import RaceServing
 
-        RaceServing(model, self.tokenizer, self.L, self.QA).export(export_dir)
+        # memory mode: the export reads the whole article in windows (no max_segments cap)
+        RaceServing(model, self.tokenizer, self.L, self.QA, memory=bool(self.max_segments)).export(export_dir)
         log.info("exported SavedModel to %s (signatures: serving_default(article, question, options[4]), "
                  "serve_ids)", export_dir)

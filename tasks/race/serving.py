@@ -9,12 +9,15 @@ The in-graph layout is exactly ``tasks/race/features.py``'s ``encode_race`` (tes
 ``qa = question.replace("_", option)`` if ``"_"`` is in the question (every blank filled) else
 ``question + " " + option``; qa keeps its LAST ``max_qa_length`` pieces, the article its FIRST
 ``max_seq_length - 3 - len(qa)``; ``article <sep> qa <sep> <cls>`` LEFT-padded with id 0, segments 0 / 1 / 2,
-padding segment 4. Load in a fresh process with ``import tensorflow_text`` (registers the SentencePiece ops).
+padding segment 4. Memory mode (``memory=True``): the same signatures, the article read whole in windows
+(``race_windows``, in-graph twin of ``encode_race(..., windows=True)``) through the model's window loop;
+``serve_ids`` then takes windows [batch, 4, W, max_seq_length] and ``num_segments`` [batch]. Load in a fresh
+process with ``import tensorflow_text`` (registers the SentencePiece ops).
 """
 
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Optional
 
 import tensorflow as tf
 
@@ -70,14 +73,44 @@ def race_features(article_ids: tf.RaggedTensor, qa_ids: tf.RaggedTensor, max_seq
     return {k: tf.reshape(v, [-1, num_choices, max_seq_length]) for k, v in feats.items()}
 
 
+def race_windows(article_ids: tf.RaggedTensor, qa_ids: tf.RaggedTensor, max_seq_length: int, max_qa_length: int,
+                 sep_id: int, cls_id: int, num_choices: int = NUM_CHOICES,
+                 max_segments: Optional[int] = None) -> Dict[str, tf.Tensor]:
+    """In-graph ``tasks.race.features.encode_choice_windows``: -> int32 windows [batch, num_choices, W, L]
+    right-aligned to the batch's most windows, and ``num_segments`` [batch] (the most of each question's options)."""
+    from tasks.classification.serving import left_pad
+
+    L = int(max_seq_length)
+    if max_qa_length < 1 or L - 3 < max_qa_length:
+        raise ValueError(f"need 1 <= max_qa_length <= max_seq_length - 3; got max_qa_length={max_qa_length}, "
+                         f"max_seq_length={L}")
+    article_ids, qa_ids = tf.cast(article_ids, tf.int32), tf.cast(qa_ids, tf.int32)
+    rows = qa_ids.nrows(out_type=tf.int32)
+    qa = keep_last(qa_ids, tf.fill([rows], max_qa_length))
+    ctx = tf.gather(article_ids, tf.range(rows) // num_choices)
+    if max_segments:
+        ctx = keep_first(ctx, int(max_segments) * L - 3 - tf.cast(qa.row_lengths(), tf.int32))
+    sep, cls = constant_rows(rows, sep_id), constant_rows(rows, cls_id)
+    tokens = tf.concat([ctx, sep, qa, sep, cls], axis=1)
+    segments = tf.concat([ctx * 0, sep * 0, qa * 0 + 1, sep * 0 + 1, cls * 0 + 2], axis=1)
+    num = (tf.cast(tokens.row_lengths(), tf.int32) + L - 1) // L
+    total = tf.maximum(tf.reduce_max(num), 1) * L
+    shape = tf.stack([-1, num_choices, total // L, L])
+    return {"input_ids": tf.reshape(left_pad(tokens, total, 0), shape),
+            "segment_ids": tf.reshape(left_pad(segments, total, SEG_PAD_CLASSIFIER), shape),
+            "padding_mask": tf.reshape(left_pad(tf.ones_like(tokens), total, 0), shape),
+            "num_segments": tf.reduce_max(tf.reshape(num, [-1, num_choices]), axis=1)}
+
+
 class RaceServing(ServingModule):
     """Serving module for a fine-tuned RACE model (TaskModel with a MultipleChoiceHead).
 
     ``features`` works without a model (``model=None``): the in-graph layout alone.
     """
 
-    def __init__(self, model, tokenizer, max_seq_length: int, max_qa_length: int):
+    def __init__(self, model, tokenizer, max_seq_length: int, max_qa_length: int, memory: bool = False):
         super().__init__()
+        self.memory = bool(memory)
         self.model = model
         self.tokenizer = tokenizer.tf_tokenizer() if hasattr(tokenizer, "tf_tokenizer") else tokenizer
         self.max_seq_length, self.max_qa_length = int(max_seq_length), int(max_qa_length)
@@ -93,6 +126,9 @@ class RaceServing(ServingModule):
                                   message=f"options must be [batch, {self.num_choices}]")
         questions = tf.repeat(question[:, None], self.num_choices, axis=1)
         qa_text = tf.reshape(fill_blanks(questions, options), [-1])
+        if self.memory:
+            return race_windows(self.tokenizer.tokenize(article), self.tokenizer.tokenize(qa_text),
+                                self.max_seq_length, self.max_qa_length, self.sep_id, self.cls_id, self.num_choices)
         return race_features(self.tokenizer.tokenize(article), self.tokenizer.tokenize(qa_text),
                              self.max_seq_length, self.max_qa_length, self.sep_id, self.cls_id,
                              self.num_choices)
@@ -112,6 +148,15 @@ class RaceServing(ServingModule):
         return serve_text
 
     def ids_fn(self):
+        if self.memory:
+            spec = tf.TensorSpec([None, self.num_choices, None, self.max_seq_length], tf.int32)
+
+            @tf.function(input_signature=[spec, spec, spec, tf.TensorSpec([None], tf.int32)])
+            def serve_windows(input_ids, segment_ids, padding_mask, num_segments):
+                return self._outputs({"input_ids": input_ids, "segment_ids": segment_ids,
+                                      "padding_mask": padding_mask, "num_segments": num_segments})
+
+            return serve_windows
         spec = tf.TensorSpec([None, self.num_choices, self.max_seq_length], tf.int32)
 
         @tf.function(input_signature=[spec, spec, spec])
