@@ -25,15 +25,9 @@ flags.DEFINE_string("text_b_column", None, "generic task: column/key of the seco
 flags.DEFINE_string("label_column", "label", "generic task: column/key of the label.")
 flags.DEFINE_list("labels", None, "generic task: the label set (default: discovered from train).")
 flags.DEFINE_bool("regression", False, "generic task: the label is a real number.")
-flags.DEFINE_enum("long_doc_mode", "truncate", ["truncate", "memory"],
-                  "Documents longer than max_seq_length: truncate (keep the beginning, the original) or memory "
-                  "(single-text tasks: consecutive windows of max_seq_length run left to right with the previous "
-                  "windows' hidden states as memory; the head reads the CLS at the end of the document; only the "
-                  "last window gets gradients).")
-flags.DEFINE_integer("mem_len", None, "memory mode: memory length in positions (default: max_seq_length).")
-flags.DEFINE_integer("max_segments", 8, "memory mode: at most this many windows per document in training, "
-                     "evaluation and prediction (a longer document keeps its beginning, as truncation); the "
-                     "export reads the whole text.")
+run_common.define_long_doc_flags("document", "single-text tasks: consecutive windows of max_seq_length run left "
+                                 "to right with the previous windows' hidden states as memory; the head reads the "
+                                 "CLS at the end of the document")
 run_common.define_common_flags(default_seq_len=128, default_lr=2e-5)
 
 log = logging.getLogger("run_classifier")
@@ -59,12 +53,7 @@ def main(_):
     strategy = run_common.strategy(F)
     task = build_task(F)
     tokenizer = run_common.tokenizer(F)
-    memory = F.long_doc_mode == "memory"
-    if memory and F.max_segments < 1:
-        raise ValueError(f"--max_segments: expected >= 1, got {F.max_segments}")
-    mem_len = (F.mem_len if F.mem_len is not None else F.max_seq_length) if memory else 0
-    if memory and mem_len <= 0:
-        raise ValueError(f"--mem_len: expected > 0 in memory mode, got {mem_len}")
+    memory, mem_len, long_doc_data = run_common.long_doc_options(F)
     config = run_common.model_config(F, mem_len=mem_len) if memory else run_common.model_config(F)
     if not F.data_dir:
         raise ValueError("--data_dir is required")
@@ -76,8 +65,7 @@ def main(_):
     L = F.max_seq_length
     run_common.start_run(F, paths["output_dir"], "run_classifier", task.name, config, tokenizer, F.do_train,
                          train_sources=task.source_files(F.data_dir, "train") if F.do_train else (),
-                         data=dict({"max_seq_length": L}, **({"long_doc_mode": "memory",
-                                                               "max_segments": F.max_segments} if memory else {})),
+                         data=dict({"max_seq_length": L}, **long_doc_data),
                          work_dirs=[paths["model_dir"], paths["cache_dir"]])
     head_options = dict(summary_type=F.summary_type, hidden_sizes=run_common.head_hidden_sizes(F), dropout=F.dropout)
     from tasks.classification.run import ClassifierRun

@@ -96,6 +96,29 @@ def define_common_flags(default_seq_len: int = 128, default_lr: float = 2e-5) ->
     flags.DEFINE_bool("progress", True, "Show progress bars.")
 
 
+def define_long_doc_flags(unit: str, memory_help: str) -> None:
+    """``--long_doc_mode``, ``--mem_len``, ``--max_segments`` (the classifier's documents, RACE's articles)."""
+    flags.DEFINE_enum("long_doc_mode", "truncate", ["truncate", "memory"],
+                      f"{unit.capitalize()}s longer than max_seq_length: truncate (keep the beginning, the original) "
+                      f"or memory ({memory_help}; only the last window gets gradients).")
+    flags.DEFINE_integer("mem_len", None, "memory mode: memory length in positions (default: max_seq_length).")
+    flags.DEFINE_integer("max_segments", 8, f"memory mode: at most this many windows per {unit} in training, "
+                         f"evaluation and prediction (a longer {unit} keeps its beginning, as truncation); the "
+                         f"export reads the whole {unit}.")
+
+
+def long_doc_options(F):
+    """(memory mode?, the model's mem_len, the data settings the run manifest records) from the long-doc flags."""
+    if F.long_doc_mode != "memory":
+        return False, 0, {}
+    if F.max_segments < 1:
+        raise ValueError(f"--max_segments: expected >= 1, got {F.max_segments}")
+    mem_len = F.mem_len if F.mem_len is not None else F.max_seq_length
+    if mem_len <= 0:
+        raise ValueError(f"--mem_len: expected > 0 in memory mode, got {mem_len}")
+    return True, mem_len, {"long_doc_mode": "memory", "max_segments": F.max_segments}
+
+
 def setup_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)

@@ -42,14 +42,9 @@ flags.DEFINE_integer("train_subset", None, "Train on N questions of train only (
 flags.DEFINE_integer("eval_subset", None, "Evaluate/predict on N questions only (default: all).")
 flags.DEFINE_enum("eval_split", "dev", ["dev", "test"], "Split scored by --do_eval.")
 flags.DEFINE_integer("num_workers", None, "Processes tokenising RACE (default: CPU count, at most 8).")
-flags.DEFINE_enum("long_doc_mode", "truncate", ["truncate", "memory"],
-                  "Articles longer than one window: truncate (keep the article's beginning, the original) or memory "
-                  "(per option, the article's earlier windows run left to right as memory, the last window holds "
-                  "the article's tail, the question and option, and the CLS the head reads; only the last window "
-                  "gets gradients).")
-flags.DEFINE_integer("mem_len", None, "memory mode: memory length in positions (default: max_seq_length).")
-flags.DEFINE_integer("max_segments", 8, "memory mode: at most this many windows per option (a longer article keeps "
-                     "its beginning, as truncation); the export reads the whole article.")
+run_common.define_long_doc_flags("article", "per option, the article's earlier windows run left to right as "
+                                 "memory; the last window holds the article's tail, the question and option, and the "
+                                 "CLS the head reads")
 run_common.define_common_flags(default_seq_len=512, default_lr=2e-5)
 
 log = logging.getLogger("run_race")
@@ -73,12 +68,7 @@ def main(_):
     L, QA = F.max_seq_length, F.max_qa_length
     if QA < 1 or L - 3 < QA:
         raise ValueError(f"need 1 <= --max_qa_length <= --max_seq_length - 3 (got {QA}, {L})")
-    memory = F.long_doc_mode == "memory"
-    if memory and F.max_segments < 1:
-        raise ValueError(f"--max_segments: expected >= 1, got {F.max_segments}")
-    mem_len = (F.mem_len if F.mem_len is not None else L) if memory else 0
-    if memory and mem_len <= 0:
-        raise ValueError(f"--mem_len: expected > 0 in memory mode, got {mem_len}")
+    memory, mem_len, long_doc_data = run_common.long_doc_options(F)
     paths = run_common.output_paths(F)
     strategy = run_common.strategy(F)
     tokenizer = run_common.tokenizer(F)
@@ -86,7 +76,7 @@ def main(_):
     run_common.start_run(F, paths["output_dir"], "run_race", "race", config, tokenizer, F.do_train,
                          train_sources=race_train_sources(F.data_dir, levels) if F.do_train else (),
                          data=dict({"max_seq_length": L, "max_qa_length": QA, "train_subset": F.train_subset},
-                                   **({"long_doc_mode": "memory", "max_segments": F.max_segments} if memory else {})),
+                                   **long_doc_data),
                          work_dirs=[paths["model_dir"], paths["cache_dir"]])
     subsets = {"train": F.train_subset, F.eval_split: F.eval_subset, "test": F.eval_subset}
     head_options = dict(summary_type=F.summary_type, dropout=F.dropout, dropatt=F.dropatt)
