@@ -359,3 +359,16 @@ def test_backbone_benchmark_ratios_and_goals_per_precision():
                                                 row("tf", "mixed_bfloat16", 0.6, "train")])
              if g["precision"] == "mixed_bfloat16"]
     assert not tb["goal_vs_float32_met"]  # 1.67x < the 2x wanted in training
+
+
+def test_export_precision_flag_reaches_the_runner_plan(tmp_path):
+    import types
+
+    import run_common
+
+    F = types.SimpleNamespace(output_dir=str(tmp_path), model_dir=None, do_train=False, do_eval=False,
+                              do_predict=False, export_dir=str(tmp_path / "export"), eval_all_ckpt=False,
+                              train_batch_size=8, export_precision="bfloat16")
+    assert run_common.plan(F).export_precision == "mixed_bfloat16"
+    F.export_precision = "float32"
+    assert run_common.plan(F).export_precision == "float32"

@@ -67,12 +67,21 @@ def serving_info(module: tf.Module) -> Dict:
     return {"precision": compute, "keras_policy": policy, "variable_dtype": "float32", "output_dtype": "float32"}
 
 
-def _check_float32_signatures(signatures: Dict[str, Callable]) -> None:
-    for name, fn in signatures.items():
-        for key, spec in fn.get_concrete_function().structured_outputs.items():
-            if spec.dtype.is_floating and spec.dtype != tf.float32:
-                raise TypeError(f"signature {name!r} output {key!r} is {spec.dtype.name}: serving outputs are "
-                                f"float32 (apply xlnet_tf.export.float32_outputs)")
+def _check_float32_signatures(saved_model_dir: str) -> None:
+    """Reads the written signatures (no retrace: a trace outside the save context would be a second one)."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    with open(os.path.join(saved_model_dir, "saved_model.pb"), "rb") as f:
+        proto.ParseFromString(f.read())
+    for name, sig in proto.meta_graphs[0].signature_def.items():
+        for key, info in sig.outputs.items():
+            if not info.dtype:  # a composite output (no single dtype)
+                continue
+            dtype = tf.dtypes.as_dtype(info.dtype)
+            if dtype.is_floating and dtype != tf.float32:
+                raise TypeError(f"signature {name!r} output {key!r} is {dtype.name}: serving outputs are float32 "
+                                f"(apply xlnet_tf.export.float32_outputs)")
 
 
 # ---------------------------------------------------------------------------------------------- writing
@@ -81,8 +90,8 @@ def save_atomically(module: tf.Module, export_dir: str, signatures: Dict[str, Ca
     next to ``saved_model.pb`` records the export's compute precision (``serving_info``)."""
     with atomic_directory(export_dir) as tmp:
         with accel.portable_graph():  # no compiled kernel in the graph: serving needs TensorFlow only
-            _check_float32_signatures(signatures)
             tf.saved_model.save(module, tmp, signatures=signatures)
+        _check_float32_signatures(tmp)  # before the rename: a refused export writes nothing
         write_json(os.path.join(tmp, "serving_info.json"), serving_info(module))
     return export_dir
 
