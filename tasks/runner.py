@@ -26,6 +26,7 @@ class Plan:
     do_eval: bool = False
     do_predict: bool = False
     export_dir: Optional[str] = None
+    export_precision: str = "float32"  # the Keras policy the export computes in (FineTuner.model_for_inference)
     eval_all_checkpoints: bool = False
     train_batch_size: int = 32
     results_dir: Optional[str] = None
@@ -111,4 +112,4 @@ def run(task: TaskSpec, plan: Plan, config, train_config, strategy=None, init_ch
         path = task.predict(ft.model_for_inference(plan.model_dir), plan.output_dir)
         log.info("predictions: %s", path)
     if plan.export_dir:
-        task.export(ft.model_for_inference(plan.model_dir), plan.export_dir)
+        task.export(ft.model_for_inference(plan.model_dir, precision=plan.export_precision), plan.export_dir)

@@ -209,15 +209,23 @@ def test_bf16_backbone_outputs_within_the_stated_tolerance(sst2):
     assert rel.mean() > U / 8  # the computation did run in bfloat16
 
 
-def test_bf16_classifier_gives_the_float32_label_on_sst2_dev(sst2):
-    """A tiny classifier trained 120 steps in float32 on SST-2 train (dev accuracy ~0.70 against 0.51 for the
-    majority class), then its weights in a mixed_bfloat16 model: the same predicted label on >= 99% of SST-2 dev
-    (measured here: 100%, largest logit difference 3.4e-3 against a median |margin| of 0.25)."""
+TINY_CLS = dict(SMALL, n_layer=2, d_model=64, n_head=2, d_inner=256, dropout=0.0, dropatt=0.0)
+
+
+def _tiny_classifier_head():
     from heads.classification import ClassificationHead
+
+    return ClassificationHead(TINY_CLS["d_model"], 2, dropout=0.0)
+
+
+@pytest.fixture(scope="module")
+def sst2_classifier(sst2):
+    """A tiny classifier trained 120 steps in float32 on SST-2 train (dev accuracy ~0.70 against 0.51 for the
+    majority class): its margins make the label comparisons below mean something."""
     from xlnet_tf.task_model import TaskModel
 
-    cfg = XLNetConfig(**dict(SMALL, n_layer=2, d_model=64, n_head=2, d_inner=256, dropout=0.0, dropatt=0.0))
-    make = lambda: TaskModel(cfg, ClassificationHead(cfg.d_model, 2, dropout=0.0), seed=0)  # noqa: E731
+    cfg = XLNetConfig(**TINY_CLS)
+    make = lambda: TaskModel(cfg, _tiny_classifier_head(), seed=0)  # noqa: E731
     train = sst2["train"]
 
     def dataset_fn(ctx):
@@ -225,7 +233,13 @@ def test_bf16_classifier_gives_the_float32_label_on_sst2_dev(sst2):
         return ds.repeat().batch(32, drop_remainder=True)
 
     tc = training.TrainConfig(learning_rate=2e-3, train_steps=120, warmup_steps=12, progress=False, seed=5)
-    f32 = training.Trainer(make, dataset_fn, tc).train().model
+    return cfg, make, training.Trainer(make, dataset_fn, tc).train().model
+
+
+def test_bf16_classifier_gives_the_float32_label_on_sst2_dev(sst2, sst2_classifier):
+    """The float32 classifier's weights in a mixed_bfloat16 model: the same predicted label on >= 99% of SST-2
+    dev (measured here: 100%, largest logit difference 3.4e-3 against a median |margin| of 0.25)."""
+    cfg, make, f32 = sst2_classifier
     dev = {k: v for k, v in sst2["dev"].items()}
     ds = tf.data.Dataset.from_tensor_slices(dev).batch(len(dev["label"]))  # one batch: one trace per model
     bf16 = _with_policy("mixed_bfloat16", make)
@@ -243,6 +257,78 @@ def test_bf16_classifier_gives_the_float32_label_on_sst2_dev(sst2):
     # The margins mean something: the float32 model learned (above chance) and predicts both labels.
     assert acc > 0.6 and 0.1 < pred_ref.mean() < 0.9
     assert agree >= 0.99
+
+
+# Probabilities of the bf16 export against the float32 export: with two classes p = sigmoid(margin) moves by at
+# most |d margin| / 4, and the margin by at most twice the largest logit error (measured in-process above:
+# 3.4e-3), so about 2e-3; the test allows 1e-2.
+EXPORT_PROB_TOL = 1e-2
+
+
+def test_bf16_export_serves_the_float32_label_from_raw_text(sst2, sst2_classifier, tmp_path):
+    """``FineTuner.model_for_inference(precision=...)`` (the runner's export path, ``--export_precision``): a
+    float32 and a bfloat16 export of the same trained classifier, loaded in a fresh process with only
+    tensorflow + tensorflow_text and given the raw SST-2 dev sentences, give the same label on >= 99% of them,
+    float32 outputs, probabilities within EXPORT_PROB_TOL, and not identical ones (the bf16 graph computes in
+    bf16)."""
+    import json
+    import subprocess
+
+    from tasks.classification.registry import get_task
+    from tasks.classification.serving import ClassifierServing
+    from xlnet_tf import XLNetTokenizer
+    from xlnet_tf.finetune import FineTuner
+
+    cfg, _, f32 = sst2_classifier
+    spec = {k: ("int64", (SEQ,)) for k in ("input_ids", "segment_ids", "padding_mask")}
+    ft = FineTuner(cfg, _tiny_classifier_head, spec, seed=0)
+    ft.model = f32  # as after --do_train in the same run
+    tok = XLNetTokenizer(shared_path("spiece", "spiece.model"))
+    exports = {}
+    for precision, name in (("float32", "float32"), ("mixed_bfloat16", "bfloat16")):
+        model = ft.model_for_inference(None, precision=precision)
+        assert model.dtype_policy.name == precision
+        assert keras.mixed_precision.global_policy().name == "float32"  # restored after the build
+        exports[name] = str(tmp_path / name)
+        ClassifierServing(model, tok, SEQ, label_names=["0", "1"]).export(exports[name])
+        info = json.loads((tmp_path / name / "serving_info.json").read_text())
+        assert info["precision"] == name and info["output_dtype"] == "float32"
+    assert ft.model_for_inference(None, precision="float32") is f32  # already float32: the same model
+
+    data_dir = os.path.dirname(shared_path("glue", "SST-2", "dev.tsv"))
+    texts = [ex.text_a for ex in get_task("sst-2").get_examples(data_dir, "dev")]
+    (tmp_path / "texts.json").write_text(json.dumps(texts))
+    script = (
+        "import json, sys, numpy as np, tensorflow as tf, tensorflow_text\n"
+        f"texts = tf.constant(json.load(open({str(tmp_path / 'texts.json')!r})))\n"
+        f"for name, path in {exports!r}.items():\n"
+        "    out = tf.saved_model.load(path).signatures['serving_default'](text_a=texts)\n"
+        "    assert {k: v.dtype.name for k, v in out.items() if v.dtype.is_floating} == "
+        "{'logits': 'float32', 'probabilities': 'float32'}, out\n"
+        f"    np.savez({str(tmp_path)!r} + '/' + name + '.npz', **{{k: v.numpy() for k, v in out.items()}})\n"
+        "assert 'xlnet_tf' not in sys.modules and 'heads' not in sys.modules\n")
+    r = subprocess.run([sys.executable, "-c", script], cwd=str(tmp_path), capture_output=True, text=True,
+                       timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    ref, got = (np.load(tmp_path / f"{n}.npz") for n in ("float32", "bfloat16"))
+    agree = float(np.mean(ref["label"] == got["label"]))
+    acc = float(np.mean(ref["label"] == sst2["dev"]["label"]))
+    diff = np.abs(ref["probabilities"] - got["probabilities"]).max()
+    print(f"\nexports on SST-2 dev ({len(texts)} raw sentences): float32 accuracy {acc:.3f}; bf16 label = float32 "
+          f"label on {agree:.4f}; probabilities differ by at most {diff:.2e} (tolerance {EXPORT_PROB_TOL})")
+    assert len(ref["label"]) == 872 and acc > 0.6
+    assert agree >= 0.99
+    assert 1e-5 < diff <= EXPORT_PROB_TOL  # bf16 really ran, and within the bound
+
+
+def test_export_refuses_16_bit_signature_outputs(tmp_path):
+    from xlnet_tf.export import save_atomically
+
+    module = tf.Module()
+    module.f = tf.function(lambda x: {"y": tf.cast(x, tf.bfloat16)}, input_signature=[tf.TensorSpec([None])])
+    with pytest.raises(TypeError, match="'y' is bfloat16"):
+        save_atomically(module, str(tmp_path / "export"), {"serving_default": module.f})
+    assert not os.path.exists(tmp_path / "export")
 
 
 # --------------------------------------------------------------------------- the benchmark's precision columns
@@ -273,3 +359,16 @@ def test_backbone_benchmark_ratios_and_goals_per_precision():
                                                 row("tf", "mixed_bfloat16", 0.6, "train")])
              if g["precision"] == "mixed_bfloat16"]
     assert not tb["goal_vs_float32_met"]  # 1.67x < the 2x wanted in training
+
+
+def test_export_precision_flag_reaches_the_runner_plan(tmp_path):
+    import types
+
+    import run_common
+
+    F = types.SimpleNamespace(output_dir=str(tmp_path), model_dir=None, do_train=False, do_eval=False,
+                              do_predict=False, export_dir=str(tmp_path / "export"), eval_all_ckpt=False,
+                              train_batch_size=8, export_precision="bfloat16")
+    assert run_common.plan(F).export_precision == "mixed_bfloat16"
+    F.export_precision = "float32"
+    assert run_common.plan(F).export_precision == "float32"

@@ -10,12 +10,13 @@ mirror the task's Python features exactly (the tests compare them on real text).
 
 from __future__ import annotations
 
+import os
 from typing import Callable, Dict
 
 import tensorflow as tf
 
 from xlnet_tf import accel
-from xlnet_tf.fileutil import atomic_directory
+from xlnet_tf.fileutil import atomic_directory, write_json
 
 SEG_PAD_CLASSIFIER = 4
 
@@ -51,12 +52,47 @@ def constant_rows(batch, value, dtype=tf.int32) -> tf.RaggedTensor:
     return tf.RaggedTensor.from_tensor(tf.fill(tf.stack([batch, 1]), tf.cast(value, dtype)))
 
 
+# ---------------------------------------------------------------------------------------------- precision
+def float32_outputs(outputs: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
+    """The model's floating outputs in float32 (a model under a mixed policy computes in bfloat16/float16):
+    serving modules apply it before the head's serving outputs, so clients see float32 whatever the export's
+    precision and softmax/top-k run in float32."""
+    return {k: tf.cast(v, tf.float32) if v.dtype.is_floating else v for k, v in outputs.items()}
+
+
+def serving_info(module: tf.Module) -> Dict:
+    """What ``serving_info.json`` records of an export: its compute precision (the model's Keras policy)."""
+    policy = getattr(getattr(getattr(module, "model", None), "dtype_policy", None), "name", "float32")
+    compute = {"float32": "float32", "mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}.get(policy, policy)
+    return {"precision": compute, "keras_policy": policy, "variable_dtype": "float32", "output_dtype": "float32"}
+
+
+def _check_float32_signatures(saved_model_dir: str) -> None:
+    """Reads the written signatures (no retrace: a trace outside the save context would be a second one)."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    with open(os.path.join(saved_model_dir, "saved_model.pb"), "rb") as f:
+        proto.ParseFromString(f.read())
+    for name, sig in proto.meta_graphs[0].signature_def.items():
+        for key, info in sig.outputs.items():
+            if not info.dtype:  # a composite output (no single dtype)
+                continue
+            dtype = tf.dtypes.as_dtype(info.dtype)
+            if dtype.is_floating and dtype != tf.float32:
+                raise TypeError(f"signature {name!r} output {key!r} is {dtype.name}: serving outputs are float32 "
+                                f"(apply xlnet_tf.export.float32_outputs)")
+
+
 # ---------------------------------------------------------------------------------------------- writing
 def save_atomically(module: tf.Module, export_dir: str, signatures: Dict[str, Callable]) -> str:
-    """tf.saved_model.save into a temp dir next to ``export_dir``, then rename over it."""
+    """tf.saved_model.save into a temp dir next to ``export_dir``, then rename over it. ``serving_info.json``
+    next to ``saved_model.pb`` records the export's compute precision (``serving_info``)."""
     with atomic_directory(export_dir) as tmp:
         with accel.portable_graph():  # no compiled kernel in the graph: serving needs TensorFlow only
             tf.saved_model.save(module, tmp, signatures=signatures)
+        _check_float32_signatures(tmp)  # before the rename: a refused export writes nothing
+        write_json(os.path.join(tmp, "serving_info.json"), serving_info(module))
     return export_dir
 
 

@@ -9,13 +9,14 @@ import logging
 import os
 from typing import Callable, Dict, List, Optional
 
+import keras
 import numpy as np
 import tensorflow as tf
 
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.fileutil import write_json
 from xlnet_tf.task_model import TaskModel
-from xlnet_tf.training import TrainConfig, Trainer, predict
+from xlnet_tf.training import PRECISIONS, TrainConfig, Trainer, predict
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,10 @@ def write_history(path: str, history) -> None:
         except (OSError, ValueError):
             old = []
     write_json(path, old + [[int(s), float(l)] for s, l in history], newline=False)
+
+
+def _policy_name(model) -> str:
+    return getattr(getattr(model, "dtype_policy", None), "name", "float32")
 
 
 def checkpoint_step(path: str) -> int:
@@ -95,8 +100,28 @@ class FineTuner:
         self.step = checkpoint_step(path)
         return model
 
-    def model_for_inference(self, model_dir: Optional[str]) -> TaskModel:
-        """The trained model of this run, else the latest checkpoint in ``model_dir``, else the init checkpoint."""
+    def model_for_inference(self, model_dir: Optional[str], precision: Optional[str] = None) -> TaskModel:
+        """The trained model of this run, else the latest checkpoint in ``model_dir``, else the init checkpoint.
+
+        ``precision`` (a Keras policy: float32, mixed_bfloat16, mixed_float16; None: as trained/restored): the
+        same weights in a model built under that policy (float32 variables, 16-bit compute), the global policy
+        restored afterwards. Exports use it, so every task's SavedModel gets the same mechanism."""
+        model = self._trained_or_restored(model_dir)
+        if precision is None or _policy_name(model) == precision:
+            return model
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision: expected one of {PRECISIONS}, got {precision!r}")
+        previous = keras.mixed_precision.global_policy()
+        keras.mixed_precision.set_global_policy(precision)
+        try:
+            with self.strategy.scope():
+                other = self.build_model(load_init=False)
+        finally:
+            keras.mixed_precision.set_global_policy(previous)
+        other.set_weights(model.get_weights())  # mixed policies keep float32 variables: the same values
+        return other
+
+    def _trained_or_restored(self, model_dir: Optional[str]) -> TaskModel:
         if self.model is not None:
             return self.model
         latest = tf.train.latest_checkpoint(model_dir) if model_dir and os.path.isdir(model_dir) else None

@@ -13,8 +13,8 @@ from typing import Dict, Optional, Sequence
 
 import tensorflow as tf
 
-from xlnet_tf.export import (SEG_PAD_CLASSIFIER, ServingModule, constant_rows, keep_first, pad_rows,
-                             save_atomically)
+from xlnet_tf.export import (SEG_PAD_CLASSIFIER, ServingModule, constant_rows, float32_outputs, keep_first,
+                             pad_rows, save_atomically)
 
 
 def truncate_lengths(len_a: tf.Tensor, len_b: tf.Tensor, budget) -> tuple:
@@ -106,7 +106,7 @@ class ClassifierServing(ServingModule):
         self.label_names = tf.constant(list(label_names or []) or [""], tf.string)
 
     def _outputs(self, features):
-        out = self.model.head.serving_outputs(self.model(features, training=False))
+        out = self.model.head.serving_outputs(float32_outputs(self.model(features, training=False)))
         if not self.regression:
             out = dict(out)
             out["label_name"] = tf.gather(self.label_names, out["label"])

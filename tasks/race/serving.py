@@ -21,7 +21,8 @@ from typing import Dict, Optional
 
 import tensorflow as tf
 
-from xlnet_tf.export import SEG_PAD_CLASSIFIER, ServingModule, constant_rows, keep_first, keep_last, pad_rows
+from xlnet_tf.export import (SEG_PAD_CLASSIFIER, ServingModule, constant_rows, float32_outputs, keep_first,
+                             keep_last, pad_rows)
 
 NUM_CHOICES = 4
 
@@ -134,7 +135,7 @@ class RaceServing(ServingModule):
                              self.num_choices)
 
     def _outputs(self, features):
-        out = self.model.head.serving_outputs(self.model(features, training=False))
+        out = self.model.head.serving_outputs(float32_outputs(self.model(features, training=False)))
         return {"choice": tf.cast(out["choice"], tf.int32),
                 "probabilities": tf.cast(out["probabilities"], tf.float32)}
 

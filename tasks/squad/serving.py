@@ -50,7 +50,7 @@ import tensorflow as tf
 import tensorflow_text
 from tensorflow_text.python.ops.sentencepiece_tokenizer import gen_sentencepiece_tokenizer as _spm_ops
 
-from xlnet_tf.export import ServingModule, constant_rows, keep_first, pad_rows
+from xlnet_tf.export import ServingModule, constant_rows, float32_outputs, keep_first, pad_rows
 from xlnet_tf.tf_tokenizer import SPIECE_UNDERLINE, _lower
 
 SEG_P, SEG_Q, SEG_CLS, SEG_PAD = 0, 1, 2, 3
@@ -391,7 +391,7 @@ class SquadServing(ServingModule):
         return feats, windows, tokens
 
     def _head_outputs(self, features):
-        out = self.model.head.predictions(self.model(features, training=False))
+        out = self.model.head.predictions(float32_outputs(self.model(features, training=False)))
         return {k: tf.cast(v, tf.int32 if v.dtype.is_integer else tf.float32) for k, v in out.items()}
 
     def answer(self, question, context) -> Dict[str, tf.Tensor]:
