@@ -271,7 +271,6 @@ def test_bf16_export_serves_the_float32_label_from_raw_text(sst2, sst2_classifie
     float32 outputs, probabilities within EXPORT_PROB_TOL, and not identical ones (the bf16 graph computes in
     bf16)."""
     import json
-    import subprocess
 
     from tasks.classification.registry import get_task
     from tasks.classification.serving import ClassifierServing
