@@ -204,9 +204,13 @@ class XLNetModel(keras.Model):
         return tuple(tf.recompute_grad(fwd_hg)(h, g))
 
     def lm_logits(self, hidden) -> tf.Tensor:
-        """[..., d_model] -> [..., n_token] float32: tied to the word embedding plus the checkpoint's lm bias."""
+        """[..., d_model] -> [..., n_token] float32: tied to the word embedding plus the checkpoint's lm bias.
+
+        ``tensordot`` (one 2-D matmul), not ``einsum("...d,vd->...v")``: TF's gradient of that ellipsis einsum
+        w.r.t. the embedding runs ~60x slower on CPU (1.0 s vs 0.017 s for [16, 11, 128] x [8000, 128]).
+        """
         hidden = tf.cast(hidden, self.compute_dtype)
-        logits = tf.einsum("...d,vd->...v", hidden, tf.cast(self.word_embedding, self.compute_dtype))
+        logits = tf.tensordot(hidden, tf.cast(self.word_embedding, self.compute_dtype), [[-1], [1]])
         return tf.cast(logits, tf.float32) + tf.cast(self.lm_bias, tf.float32)
 
     # ------------------------------------------------------------------ checkpoints
