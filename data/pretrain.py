@@ -53,8 +53,9 @@ stateless random ops seeded by ``(seed, record index)`` (deterministic, and diff
   itself); its content stream (perm_mask without the diagonal) also sees itself.
 
 Masked LM (``objective="mlm"``, ``sample_mlm_features``): the same records, BERT's targets instead: 15% of
-the pieces (never SEP/CLS) selected, 80% of them replaced by ``<mask>``, 10% by a random piece, 10% kept; no
-``perm_mask`` (full attention on the content stream).
+the pieces (never SEP/CLS) selected, 80% of them masked (the content stream reads ``mask_emb`` there:
+``mask_emb_positions``), 10% replaced by a random piece, 10% kept; no ``perm_mask`` (full attention on the
+content stream).
 
 Batch features (BUILD.md): ``input_ids``, ``segment_ids`` [L] int32; ``perm_mask`` [L, L] float32
 (1 = may NOT attend); ``target_mapping`` [P, L] float32 one-hot rows (zero rows for padding); ``target`` [P]
@@ -495,9 +496,10 @@ def sample_mlm_features(input_ids, segment_ids, seed, *, num_predict: int, vocab
 
     Selection: exactly ``min(num_predict, eligible)`` positions drawn uniformly without replacement among the
     non-SEP/CLS tokens (``num_predict`` = 15% of ``seq_len`` by default: ``mlm_num_predict``), single pieces as
-    BERT's original recipe. Each selected input is replaced by ``mask_id`` (``replace_probs[0]``), by a random
-    ordinary piece (ids >= ``NUM_SPECIAL_PIECES``, ``replace_probs[1]``) or kept (the rest). Features:
-    ``input_ids`` (the corrupted input), ``segment_ids``, ``target_mapping`` [P, L] (selected positions in
+    BERT's original recipe. Each selected input is masked (``replace_probs[0]``: id ``mask_id``, and
+    ``mask_emb_positions`` [L] float32 is 1 there, so the content stream reads ``mask_emb`` instead of an
+    embedding row), replaced by a random ordinary piece (ids >= ``NUM_SPECIAL_PIECES``, ``replace_probs[1]``)
+    or kept (the rest). Features: ``input_ids`` (the corrupted input), ``mask_emb_positions``, ``segment_ids``, ``target_mapping`` [P, L] (selected positions in
     order), ``target`` [P] (the original ids), ``target_mask`` [P]. ``return_kind`` adds ``mlm_kind`` [L]
     int32: 0 not selected, 1 masked, 2 random, 3 kept.
     """
@@ -520,6 +522,7 @@ def sample_mlm_features(input_ids, segment_ids, seed, *, num_predict: int, vocab
     corrupted = tf.where(kind == 1, mask_id, tf.where(kind == 2, random_ids, input_ids))
     out = {
         "input_ids": corrupted,
+        "mask_emb_positions": tf.cast(kind == 1, tf.float32),
         "segment_ids": tf.cast(segment_ids, tf.int32),
         **_target_features(input_ids, idx, count, num_predict, seq_len),
     }

@@ -319,3 +319,21 @@ def test_positional_encoding_dropout_per_example(monkeypatch, bi_data, mode):
         assert not np.array_equal(kept[0], kept[1])
     model(tf.zeros([b, q], tf.int32), training=False)
     assert not isinstance(seen[-1], tf.Tensor) or seen[-1].shape[0] == groups  # inference: no dropout, no tiling
+
+
+def test_mask_emb_positions_read_mask_emb_on_the_content_stream():
+    """The masked LM's input hook: a position flagged in ``mask_emb_positions`` gives exactly what a vocabulary
+    row equal to ``mask_emb`` would give there, and unflagged positions read their own rows."""
+    m = XLNetModel(XLNetConfig(**TINY, dropout=0.0, dropatt=0.0), seed=5)
+    ids, seg, pad = _inputs()
+    spare = TINY["n_token"] - 1
+    ids = np.minimum(ids, spare - 1)  # the last row is free to become mask_emb
+    flags = np.zeros(ids.shape, np.float32)
+    flags[0, [1, 4]] = flags[1, 2] = 1.0
+    out = m(ids, segment_ids=seg, padding_mask=pad, mask_emb_positions=flags)["sequence_output"]
+    table = m.word_embedding.numpy()
+    m.word_embedding.assign(np.concatenate([table[:spare], m.mask_emb.numpy().reshape(1, -1)]))
+    ref = m(np.where(flags > 0, spare, ids), segment_ids=seg, padding_mask=pad)["sequence_output"]
+    np.testing.assert_array_equal(out.numpy(), ref.numpy())
+    plain = m(ids, segment_ids=seg, padding_mask=pad)["sequence_output"]
+    assert np.abs(plain.numpy() - out.numpy()).max() > 1e-3

@@ -290,6 +290,7 @@ def test_mlm_masking_rate_and_replacements():
         np.testing.assert_array_equal(f["target"], ids[pos])
         np.testing.assert_array_equal(f["input_ids"][kind == 0], ids[kind == 0])
         assert (f["input_ids"][kind == 1] == 6).all() and (f["input_ids"][kind == 3] == ids[kind == 3]).all()
+        np.testing.assert_array_equal(f["mask_emb_positions"], (kind == 1).astype(np.float32))
         rnd = f["input_ids"][kind == 2]
         assert ((rnd >= P.NUM_SPECIAL_PIECES) & (rnd < vocab)).all()
         kinds.append(kind[sel])

@@ -132,7 +132,10 @@ class XLNetModel(keras.Model):
     # ------------------------------------------------------------------ forward
     def call(self, input_ids, segment_ids=None, padding_mask=None, mems: Optional[Sequence] = None,
              perm_mask=None, target_mapping=None, training=False,
-             output_hidden_states: bool = False, mem_padding_mask=None) -> Dict[str, object]:
+             output_hidden_states: bool = False, mem_padding_mask=None,
+             mask_emb_positions=None) -> Dict[str, object]:
+        """``mask_emb_positions`` [b, L] (1 = the content stream reads ``mask_emb`` there instead of the word
+        embedding): the masked-LM objective's masked inputs; the query stream always starts from ``mask_emb``."""
         c = self.config
         input_ids = tf.cast(input_ids, tf.int32)
         shape = tf.shape(input_ids)
@@ -156,6 +159,8 @@ class XLNetModel(keras.Model):
         pos_emb = self.positional_encoding(qlen, klen, bsz, seed=seed)
 
         h = tf.gather(tf.cast(self.word_embedding, dtype), input_ids)
+        if mask_emb_positions is not None:
+            h = tf.where(tf.cast(mask_emb_positions, tf.bool)[..., None], tf.cast(self.mask_emb, dtype), h)
         h = self.ops.dropout(h, c.dropout, seed, 1)
         g = None
         if target_mapping is not None:

@@ -5,7 +5,7 @@ Model contract of ``xlnet_tf/training.py``: ``model(features, training)`` -> ``{
 
 Objectives: ``plm`` (the paper's permutation LM: two streams, the query stream predicts the targets) or ``mlm``
 (BERT-style masked LM on the same backbone, memory included: the content stream reads the corrupted input of
-``data.pretrain.sample_mlm_features`` with full attention, and its output at the selected positions, gathered
+``data.pretrain.sample_mlm_features`` with full attention, ``mask_emb`` at its masked positions, and its output at the selected positions, gathered
 by ``target_mapping``, goes to the same tied head).
 
 Head (the original ``lm_loss``): ``logits = query_output · lookup_tableᵀ + lm_loss/bias`` (``XLNetModel.lm_logits``:
@@ -100,7 +100,8 @@ class PretrainModel(WrapsBackbone, keras.Model):
             mems = [tf.convert_to_tensor(v.value) for v in self.mem_vars]
         if self.objective == "mlm":  # content stream only, full attention; predictions at the selected positions
             out = self.backbone(ids, segment_ids=features.get("segment_ids"),
-                                padding_mask=features.get("padding_mask"), mems=mems, training=training)
+                                padding_mask=features.get("padding_mask"), mems=mems, training=training,
+                                mask_emb_positions=features.get("mask_emb_positions"))
             seq = out["sequence_output"]
             hidden = tf.einsum("bpl,bld->bpd", tf.cast(features["target_mapping"], seq.dtype), seq)
         else:
