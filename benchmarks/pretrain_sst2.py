@@ -17,7 +17,7 @@ valid articles, documents shuffled together with a fixed seed; held out: WikiTex
    subset of train; scored on a balanced subset of the TEST split). Curves:
    ``results/pretrain_finetune_curve[_quick].png``.
 
-    python benchmarks/pretrain_sst2.py            # full (40 min on 2 busy cores) -> results/pretrain_sst2.json
+    python benchmarks/pretrain_sst2.py            # full (~45 min on 2 cores) -> results/pretrain_sst2.json
     python benchmarks/pretrain_sst2.py --quick    # <= 15 min, SST-2 only -> results/pretrain_sst2_quick.json
     python benchmarks/pretrain_sst2.py --summary_type=mean   # every arm's head reads the mean, not <cls>
 
@@ -58,10 +58,10 @@ PRETRAIN = dict(vocab_size=8000, seq_len=64, reuse_len=32, mem_len=32, perm_size
 # pretrain_docs: the first documents of the shuffled text that pretraining reads (records for what the budget
 # reaches: steps x 16 streams x 32 new tokens); spm_sentences: lines sampled for the SentencePiece model.
 MODES = {
-    "quick": dict(train_steps=40, warmup_steps=4, heldout_every=20, heldout_steps=5, pretrain_docs=200,
-                  spm_sentences=20000, sst2_steps=100, seeds=(1,), imdb_steps=0),
-    "full": dict(train_steps=200, warmup_steps=20, heldout_every=50, heldout_steps=10, pretrain_docs=600,
-                 spm_sentences=100000, sst2_steps=200, seeds=(1, 2, 3), imdb_steps=100, imdb_seeds=(1,),
+    "quick": dict(train_steps=1000, warmup_steps=50, heldout_every=250, heldout_steps=5, pretrain_docs=4000,
+                  spm_sentences=20000, sst2_steps=400, seeds=(1,), imdb_steps=0),
+    "full": dict(train_steps=6000, warmup_steps=300, heldout_every=1000, heldout_steps=10, pretrain_docs=10000,
+                 spm_sentences=100000, sst2_steps=1000, seeds=(1, 2, 3), imdb_steps=300, imdb_seeds=(1,),
                  imdb_train=2560, imdb_test=1000),
 }
 FINETUNE = dict(train_batch_size=32, learning_rate=5e-4, warmup_fraction=0.1, dropout=0.1, summary_type="last")
