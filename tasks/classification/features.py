@@ -91,14 +91,18 @@ def build_windows(ids_a: Sequence[int], max_seq_length: int, sep_id: int, cls_id
     if L < 2:
         raise ValueError(f"max_seq_length={L} leaves no room for the special tokens")
     ids = list(ids_a if not max_segments else ids_a[: int(max_segments) * L - 2])
-    n = len(ids) + 2
+    return cut_windows(ids + [sep_id, cls_id], [SEG_ID_A] * (len(ids) + 1) + [SEG_ID_CLS], L)
+
+
+def cut_windows(tokens: Sequence[int], segments: Sequence[int], max_seq_length: int) -> Dict[str, List[List[int]]]:
+    """One whole sequence -> windows of ``max_seq_length`` cut from its END (only the first one partial,
+    LEFT-padded): ``input_ids``, ``segment_ids``, ``padding_mask`` as S lists (the classifier's and RACE's)."""
+    L, n = max_seq_length, len(tokens)
     s = -(-n // L)
     pad = s * L - n
-    tokens = [PAD_ID] * pad + ids + [sep_id, cls_id]
-    seg = [SEG_ID_PAD] * pad + [SEG_ID_A] * (len(ids) + 1) + [SEG_ID_CLS]
-    mask = [0] * pad + [1] * n
-    return {k: [v[i * L:(i + 1) * L] for i in range(s)]
-            for k, v in (("input_ids", tokens), ("segment_ids", seg), ("padding_mask", mask))}
+    seqs = {"input_ids": [PAD_ID] * pad + list(tokens), "segment_ids": [SEG_ID_PAD] * pad + list(segments),
+            "padding_mask": [0] * pad + [1] * n}
+    return {k: [v[i * L:(i + 1) * L] for i in range(s)] for k, v in seqs.items()}
 
 
 def right_align(windows: Dict[str, List[List[int]]], num_windows: int) -> Dict[str, object]:

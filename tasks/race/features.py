@@ -32,7 +32,7 @@ import numpy as np
 from data import tfrecord_io
 from tasks.race import reader as race_task
 from xlnet_tf.fileutil import stat_identity
-from tasks.classification.features import right_align
+from tasks.classification.features import cut_windows, right_align
 from xlnet_tf.tokenizer import SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD, XLNetTokenizer
 
 LAYOUT_VERSION = 1  # bump when the feature layout changes, so cached files are rebuilt
@@ -90,11 +90,7 @@ def encode_choice_windows(context_ids: Sequence[int], qa_ids: Sequence[Sequence[
         ctx = list(context_ids if not max_segments else context_ids[:int(max_segments) * L - 3 - len(qa)])
         ids = ctx + [sep_id] + qa + [sep_id, cls_id]
         segs = [SEG_ID_A] * (len(ctx) + 1) + [SEG_ID_B] * (len(qa) + 1) + [SEG_ID_CLS]
-        s = -(-len(ids) // L)
-        pad = s * L - len(ids)
-        seqs = {"input_ids": [PAD_ID] * pad + ids, "segment_ids": [SEG_ID_PAD] * pad + segs,
-                "padding_mask": [0] * pad + [1] * len(ids)}
-        per.append({k: [v[i * L:(i + 1) * L] for i in range(s)] for k, v in seqs.items()})
+        per.append(cut_windows(ids, segs, L))
     most = max(len(w["input_ids"]) for w in per)
     aligned = [right_align(w, int(max_segments) if max_segments else most) for w in per]
     out = {k: np.asarray([a[k] for a in aligned], np.int32) for k in ("input_ids", "segment_ids", "padding_mask")}
