@@ -23,7 +23,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 FLAGS = flags.FLAGS
 # --export_precision -> the Keras policy of the exported model
-EXPORT_PRECISIONS = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
+from xlnet_tf.hardware import POLICY_OF_DTYPE as EXPORT_PRECISIONS  # noqa: E402
 
 
 def define_common_flags(default_seq_len: int = 128, default_lr: float = 2e-5) -> None:

@@ -15,7 +15,7 @@ from typing import Callable, Dict
 
 import tensorflow as tf
 
-from xlnet_tf import accel
+from xlnet_tf import accel, hardware
 from xlnet_tf.fileutil import atomic_directory, write_json
 
 SEG_PAD_CLASSIFIER = 4
@@ -62,8 +62,8 @@ def float32_outputs(outputs: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
 
 def serving_info(module: tf.Module) -> Dict:
     """What ``serving_info.json`` records of an export: its compute precision (the model's Keras policy)."""
-    policy = getattr(getattr(getattr(module, "model", None), "dtype_policy", None), "name", "float32")
-    compute = {"float32": "float32", "mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}.get(policy, policy)
+    policy = hardware.policy_name(getattr(module, "model", None))
+    compute = {p: d for d, p in hardware.POLICY_OF_DTYPE.items()}.get(policy, policy)
     return {"precision": compute, "keras_policy": policy, "variable_dtype": "float32", "output_dtype": "float32"}
 
 

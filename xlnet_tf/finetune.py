@@ -13,6 +13,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from xlnet_tf import hardware
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.fileutil import write_json
 from xlnet_tf.task_model import TaskModel
@@ -45,10 +46,6 @@ def write_history(path: str, history) -> None:
         except (OSError, ValueError):
             old = []
     write_json(path, old + [[int(s), float(l)] for s, l in history], newline=False)
-
-
-def _policy_name(model) -> str:
-    return getattr(getattr(model, "dtype_policy", None), "name", "float32")
 
 
 def checkpoint_step(path: str) -> int:
@@ -107,7 +104,7 @@ class FineTuner:
         same weights in a model built under that policy (float32 variables, 16-bit compute), the global policy
         restored afterwards. Exports use it, so every task's SavedModel gets the same mechanism."""
         model = self._trained_or_restored(model_dir)
-        if precision is None or _policy_name(model) == precision:
+        if precision is None or hardware.policy_name(model) == precision:
             return model
         if precision not in PRECISIONS:
             raise ValueError(f"precision: expected one of {PRECISIONS}, got {precision!r}")

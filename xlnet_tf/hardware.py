@@ -16,6 +16,13 @@ import dataclasses
 from typing import FrozenSet, Optional, Sequence, Tuple
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+# compute dtype -> the Keras policy computing in it (float32 variables under both mixed policies)
+POLICY_OF_DTYPE = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
+
+
+def policy_name(model) -> str:
+    """The Keras policy a model was built under (float32 when it has none)."""
+    return getattr(getattr(model, "dtype_policy", None), "name", "float32")
 NATIVE_BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
 # Lowest GPU compute capability with native (tensor-core) matmuls in that precision.
 GPU_MIN_CAPABILITY = {"mixed_bfloat16": (8, 0), "mixed_float16": (7, 0)}
