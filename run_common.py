@@ -66,8 +66,10 @@ def define_common_flags(default_seq_len: int = 128, default_lr: float = 2e-5) ->
                        "attention biases r_w/r_r/r_s are decayed, as the original).")
     flags.DEFINE_float("adam_epsilon", 1e-6, "Adam epsilon.")
     flags.DEFINE_enum("adam_bias_correction", "auto", ["auto", "true", "false"],
-                      "Adam bias correction. auto (the original): on when weight_decay == 0 (tf.train.Adam), off "
-                      "when weight_decay > 0 (its AdamWeightDecay optimizer).")
+                      "Adam bias correction. auto: with --init_checkpoint the original's rule, on when "
+                      "weight_decay == 0 (tf.train.Adam) and off when weight_decay > 0 (its AdamWeightDecay, made "
+                      "for fine-tuning pretrained weights at 2e-5..5e-5); from random initialisation always on "
+                      "(without it the first updates are 3-6x larger and a fresh model collapses at 1e-3).")
     flags.DEFINE_float("clip", 1.0, "Global-norm gradient clipping (<= 0: none).")
     flags.DEFINE_float("lr_layer_decay_rate", 1.0, "Layer-wise decay rate (see --layer_decay_mode).")
     flags.DEFINE_enum("layer_decay_mode", "grad", ["grad", "lr"],
@@ -162,13 +164,23 @@ def train_config(F, model_dir: str):
     return TrainConfig(
         learning_rate=F.learning_rate, train_steps=F.train_steps, warmup_steps=F.warmup_steps,
         min_lr_ratio=F.min_lr_ratio, weight_decay=F.weight_decay, adam_epsilon=F.adam_epsilon,
-        adam_bias_correction={"auto": None, "true": True, "false": False}[F.adam_bias_correction],
+        adam_bias_correction=bias_correction(F),
         clip_norm=F.clip if F.clip > 0 else None, lr_layer_decay_rate=F.lr_layer_decay_rate,
         layer_decay_mode=F.layer_decay_mode, grad_accum_steps=F.grad_accum_steps, precision=F.precision,
         num_trainable_layers=None if F.num_trainable_layers < 0 else F.num_trainable_layers,
         jit_compile={"auto": None, "true": True, "update": "update", "false": False}[F.jit], model_dir=model_dir,
         save_steps=F.save_steps, keep_checkpoint_max=F.keep_checkpoint_max, log_steps=F.iterations,
         seed=F.seed, progress=F.progress)
+
+
+def bias_correction(F) -> bool:
+    """--adam_bias_correction, with auto resolved by ``optimization.auto_bias_correction`` (the original's rule
+    when --init_checkpoint is given, on when training from random initialisation)."""
+    from xlnet_tf.optimization import auto_bias_correction
+
+    if F.adam_bias_correction != "auto":
+        return F.adam_bias_correction == "true"
+    return auto_bias_correction(F.weight_decay, pretrained=bool(F.init_checkpoint))
 
 
 # Flags that change what a training run learns (besides the model config, the data and the tokenizer).

@@ -78,11 +78,13 @@ MODES = {
     "full": dict(per_label=600, vocab_size=6000, corpus="stdlib", max_seq_length=40,
                  model=dict(n_layer=4, d_model=128, n_head=4, d_head=32, d_inner=512),
                  train=dict(train_batch_size=32, train_steps=600, warmup_steps=60, learning_rate=1e-3,
-                            weight_decay=0.01, dropout=0.1, dropatt=0.1, save_steps=300)),
+                            weight_decay=0.01, dropout=0.1, dropatt=0.1, save_steps=300,
+                            summary_type="mean", seed=1)),
     "smoke": dict(per_label=40, vocab_size=1000, corpus="packages", max_seq_length=32,
                   model=dict(n_layer=1, d_model=32, n_head=2, d_head=16, d_inner=64),
                   train=dict(train_batch_size=16, train_steps=20, warmup_steps=2, learning_rate=1e-3,
-                             weight_decay=0.0, dropout=0.0, dropatt=0.0, save_steps=0)),
+                             weight_decay=0.0, dropout=0.0, dropatt=0.0, save_steps=0,
+                             summary_type="mean", seed=1)),
 }
 
 
@@ -321,6 +323,7 @@ def classifier_command(data_dir: str, spiece: str, config_path: str, run_dir: st
             f"--train_steps={t['train_steps']}", f"--warmup_steps={t['warmup_steps']}",
             f"--learning_rate={t['learning_rate']}", f"--weight_decay={t['weight_decay']}",
             f"--dropout={t['dropout']}", f"--dropatt={t['dropatt']}", f"--save_steps={t['save_steps']}",
+            f"--summary_type={t['summary_type']}", f"--seed={t['seed']}",
             "--eval_batch_size=64", f"--iterations={max(5, t['train_steps'] // 10)}", f"--jit={jit}",
             "--do_train", "--do_eval", "--do_predict", f"--export_dir={os.path.join(run_dir, 'export')}"]
 
@@ -409,6 +412,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--output_dir", default=None, help="default: demo_out/ (demo_out/smoke/ with --smoke)")
     ap.add_argument("--smoke", action="store_true", help="tiny model, 20 steps, a small subset (for tests)")
     ap.add_argument("--train_steps", type=int, default=None, help="override the mode's number of updates")
+    ap.add_argument("--seed", type=int, default=None, help="random seed of the training run (default: 1)")
     ap.add_argument("--packages", default=",".join(PACKAGES),
                     help="comma-separated stdlib packages/modules to use as labels (default: %(default)s)")
     ap.add_argument("--fresh", action="store_true", help="delete the output dir first (no caches)")
@@ -427,6 +431,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.train_steps:
         mode["train"]["train_steps"] = args.train_steps
         mode["train"]["warmup_steps"] = min(mode["train"]["warmup_steps"], args.train_steps // 10)
+    if args.seed is not None:
+        mode["train"]["seed"] = args.seed
     jit = args.jit or ("false" if args.smoke else "auto")
     out = os.path.abspath(args.output_dir or os.path.join(ROOT, "demo_out", "smoke" if args.smoke else ""))
     if args.fresh and os.path.isdir(out):
@@ -500,6 +506,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     test_acc = sum(p == y for p, y in zip(preds, test_labels)) / max(1, len(test_labels))
     log(f"  dev accuracy {results['accuracy']:.3f} (majority class '{top}': {dev_base:.3f}), "
         f"test accuracy {test_acc:.3f} (majority {test_base:.3f})  [{timings['fine-tune']:.0f}s]")
+    health = results.get("health", {})
+    for warning in health.get("warnings", []):
+        log(f"  WARNING: the model is not learning? {warning}")
+    if health.get("causes"):
+        log("  likely causes: " + "; ".join(health["causes"]))
 
     log("[4/4] the exported SavedModel in a fresh process (imports only tensorflow + tensorflow_text)")
     seen = {line.split("\t")[0] for s in ("train", "dev", "test")
@@ -543,6 +554,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         log(f"  {name:11s} {rel(path)}")
     log(f"  dev         accuracy {results['accuracy']:.3f} vs majority baseline {dev_base:.3f} "
         f"({len(dev_labels)} sentences); test {test_acc:.3f} vs {test_base:.3f}")
+    if health:
+        verdict = "learning" if health.get("healthy") else "NOT LEARNING: " + "; ".join(health["warnings"])
+        trend = health.get("loss_trend") or {}
+        log(f"  health      {verdict}" + (f" (train loss {trend['first_steps_mean']:.3f} -> "
+                                           f"{trend['last_steps_mean']:.3f})" if trend else ""))
     log("  timings     " + ", ".join(f"{k} {v:.0f}s" for k, v in timings.items()))
     return 0
 

@@ -14,6 +14,8 @@ import os
 import time
 from typing import Dict, Optional, Sequence
 
+from tasks import health
+
 log = logging.getLogger("runner")
 
 
@@ -85,6 +87,32 @@ class TaskSpec:
         raise NotImplementedError
 
 
+def train_history(model_dir: Optional[str], history=None):
+    """The whole run's [(step, loss)]: ``model_dir/train_history.json`` (written by every training process of
+    the run, so a resumed run has all its steps), else ``history``."""
+    import json
+
+    path = os.path.join(model_dir, "train_history.json") if model_dir else None
+    if path and os.path.isfile(path):
+        try:
+            with open(path, encoding="utf-8") as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            pass
+    return history or []
+
+
+def health_context(train_config, init_checkpoint: Optional[str]) -> Dict:
+    """What ``tasks.health.likely_causes`` reads of the run's settings."""
+    if train_config is None:
+        return {"pretrained": bool(init_checkpoint)}
+    bc = train_config.adam_bias_correction
+    return {"learning_rate": train_config.learning_rate, "weight_decay": train_config.weight_decay,
+            "bias_correction": (not train_config.weight_decay > 0) if bc is None else bool(bc),
+            "pretrained": bool(init_checkpoint), "train_steps": train_config.train_steps,
+            "warmup_steps": train_config.warmup_steps}
+
+
 def run(task: TaskSpec, plan: Plan, config, train_config, strategy=None, init_checkpoint: Optional[str] = None,
         seed: int = 42) -> None:
     from xlnet_tf import finetune
@@ -96,6 +124,7 @@ def run(task: TaskSpec, plan: Plan, config, train_config, strategy=None, init_ch
     splits = [s for s, wanted in (("train", plan.do_train), ("eval", plan.do_eval), ("predict", plan.do_predict))
               if wanted]
     task.prepare(splits)
+    context = health_context(train_config, init_checkpoint)
     if plan.do_train:
         t0 = time.time()
         result = ft.train(task.train_dataset, plan.train_batch_size, train_config)
@@ -104,9 +133,15 @@ def run(task: TaskSpec, plan: Plan, config, train_config, strategy=None, init_ch
             log.info("trained %d steps in %.1fs (%.2f steps/s incl. compilation); loss %.4f -> %.4f",
                      len(result.history), seconds, len(result.history) / seconds, result.history[0][1],
                      result.history[-1][1])
+        if not plan.do_eval:  # evaluation reports the trend with the predictions
+            health.report(health.assess(None, health.loss_trend(train_history(plan.model_dir, result.history)),
+                                        context), task.name)
     if plan.do_eval:
         results = ft.evaluate_checkpoints(plan.model_dir, task.evaluate, all_checkpoints=plan.eval_all_checkpoints,
                                           main_metric=task.main_metric)
+        trend = health.loss_trend(train_history(plan.model_dir)) if plan.model_dir else None
+        results["health"] = health.assess(results.pop("health", None), trend, context)
+        health.report(results["health"], task.name)
         task.finish_evaluation(results, plan.results_dir or plan.output_dir)
     if plan.do_predict:
         path = task.predict(ft.model_for_inference(plan.model_dir), plan.output_dir)

@@ -10,6 +10,7 @@ import pytest
 
 from tasks.classification.features import (build_features, encode_many, encode_texts, iter_features, make_dataset,
                                  task_features, truncate_pair, write_features)
+from data.tfrecord_io import read_manifest
 from tasks.classification.reader import Example
 from tasks.classification.registry import get_task, task_names
 from tasks.errors import DataError
@@ -343,6 +344,17 @@ def test_tfrecord_roundtrip_and_cache(tmp_path):
     assert len(calls) == 1
     write_features(lazy, tok, task, 9, str(tmp_path / "g.tfrecord"), source_files=[src], progress=False)
     assert len(calls) == 2
+    # training files are written in a seeded order (a label-sorted source, as IMDB's archive, gets mixed); the
+    # seed is part of the cache identity
+    sorted_exs = [Example(str(i), str(10 + i), "7", "0" if i < 20 else "1") for i in range(40)]
+    spath = str(tmp_path / "s.tfrecord")
+    write_features(sorted_exs, tok, task, 8, spath, progress=False, shuffle_seed=3)
+    mixed = _read_all(spath)
+    assert sorted(mixed["label"]) == [0] * 20 + [1] * 20 and mixed["label"][:20].count(1) >= 5
+    assert sorted(mixed["input_ids"]) == sorted(f["input_ids"] for f in iter_features(sorted_exs, tok, task, 8))
+    assert read_manifest(spath)["meta"]["shuffle_seed"] == 3
+    write_features(sorted_exs, tok, task, 8, spath, progress=False, shuffle_seed=3)
+    assert _read_all(spath) == mixed  # reused: the same seeded order
     # regression labels are float32
     reg = [Example("0", "5 6", "7", 2.5), Example("1", "5", "6", None)]
     rpath = str(tmp_path / "r.tfrecord")

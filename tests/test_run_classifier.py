@@ -63,6 +63,24 @@ def test_sst2_learns_and_predicts(sst2_run):
     assert {r[1] for r in rows[1:]} <= {"0", "1"}
     history = json.loads((out / "model" / "train_history.json").read_text())
     assert np.mean([l for _, l in history[-50:]]) < np.mean([l for _, l in history[:20]]) - 0.1
+    # a healthy run does not warn (tasks/health.py)
+    health = res["health"]
+    assert health["healthy"] and health["warnings"] == [] and health["loss_trend"]["fell"], health
+    assert set(health["predictions"]["predicted"]) == {"0", "1"} and health["predictions"]["share_without_text"] == 0
+
+
+def test_forced_collapse_warns_in_log_and_eval_results(config_file, tmp_path):
+    """A far too high learning rate (0.5) from random initialisation: every dev sentence gets one label. The run
+    finishes (exit 0) but says so: a WARNING naming the collapse and its likely cause, and the JSON field."""
+    r = run_cli("run_classifier.py", base_args("SST-2", shared_path("glue", "SST-2"), config_file, tmp_path, L=48,
+                                               steps=60, extra=["--do_train", "--do_eval", "--learning_rate=0.5"]))
+    health = json.loads((tmp_path / "eval_results.json").read_text())["health"]
+    assert not health["healthy"], health
+    assert any(w.startswith("collapsed predictions") for w in health["warnings"]), health
+    assert max(health["predictions"]["predicted"].values()) >= 0.95
+    assert any("learning rate 0.5 is high" in c for c in health["causes"]), health
+    warned = [ln for ln in r.stderr.splitlines() if "NOT LEARNING?" in ln]
+    assert warned and "learning rate 0.5" in warned[0], r.stderr[-3000:]
 
 
 def test_export_fresh_process_matches_in_process_model(sst2_run, config_file, tmp_path):

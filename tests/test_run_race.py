@@ -77,6 +77,10 @@ def test_eval_results_and_loss_falls(race_run):
     first, last = np.mean([l for _, l in history[:10]]), np.mean([l for _, l in history[-10:]])
     # starts at ln 4 = 1.386 (4 near-equal options); measured ~0.6 after 60 steps on the 32 training questions
     assert abs(first - np.log(4)) < 0.05 and last < first - 0.3, (first, last)
+    # the health check: option distribution predicted vs gold, and the loss trend it judged
+    health = res["health"]
+    assert set(health["predictions"]["predicted"]) == set("ABCD") == set(health["predictions"]["gold"])
+    assert abs(sum(health["predictions"]["gold"].values()) - 1) < 1e-3 and health["loss_trend"]["fell"]
 
 
 def _python_features(tokenizer, examples, max_seq_length, max_qa_length):

@@ -157,7 +157,7 @@ def predict_with_labels(model: TaskModel, dataset: tf.data.Dataset,
                         strategy: Optional[tf.distribute.Strategy] = None) -> Dict[str, np.ndarray]:
     """Predictions plus the labels and per-example losses of a labelled dataset (numpy, dataset order).
 
-    Keys: the head's predictions, ``label``, ``loss``; a classification ``label`` prediction is renamed
+    Keys: the head's predictions, ``label``, ``loss``, ``num_tokens`` (real pieces); a classification ``label`` prediction is renamed
     ``label_pred`` so it does not clash with the gold ``label``.
     """
     def output_fn(features, outputs):
@@ -167,6 +167,9 @@ def predict_with_labels(model: TaskModel, dataset: tf.data.Dataset,
         preds["loss"] = tf.cast(model.per_example_loss(features, outputs), tf.float32)
         if "label" in features:
             preds["label"] = features["label"]
+        if "padding_mask" in features:  # real pieces per example (all windows / options)
+            mask = tf.cast(features["padding_mask"], tf.int32)
+            preds["num_tokens"] = tf.reduce_sum(tf.reshape(mask, [tf.shape(mask)[0], -1]), axis=1)
         return preds
 
     return predict(model, dataset, strategy, output_fn=output_fn)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import os
+import random
 import re
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
@@ -36,6 +37,7 @@ from xlnet_tf.tokenizer import SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD
 LAYOUT = "xlnet-classification-v1"  # bump when the feature layout changes: invalidates cached TFRecords
 LONG_LAYOUT = "xlnet-classification-windows-v1"
 PAD_ID = 0  # the original classifier pads input ids with 0
+TRAIN_ORDER_SEED = 12345  # the train split's records are written in this seeded order (write_features)
 _DIGIT_COMMA = re.compile(r"[0-9],")
 
 
@@ -222,8 +224,14 @@ def features_meta(task, tokenizer, max_seq_length: int, sources: Union[List[dict
 
 def write_features(examples: Union[Sequence, Callable[[], Sequence]], tokenizer, task, max_seq_length: int,
                    path: str, source_files: Optional[Sequence[str]] = None, pad_to_multiple: Optional[int] = None,
-                   progress: bool = True, max_segments: Optional[int] = None) -> int:
+                   progress: bool = True, max_segments: Optional[int] = None,
+                   shuffle_seed: Optional[int] = None) -> int:
     """Writes the features of ``examples`` to ``path`` (atomic, with manifest); reuses a matching cache.
+
+    ``shuffle_seed``: write the examples in a seeded random order (training files, as the original shuffles its
+    train examples before writing): the training input's shuffle buffer (10,000 records) cannot mix a file
+    sorted by label (IMDB's archive holds 12,500 negative reviews, then 12,500 positive ones; a short run saw
+    only negatives and collapsed to that label).
 
     ``examples``: a list, or a callable returning it (then it is only called when the cache is stale).
     ``source_files``: the files the examples come from; the cache is keyed on their ``stat_identity``. Without
@@ -236,9 +244,14 @@ def write_features(examples: Union[Sequence, Callable[[], Sequence]], tokenizer,
     else:
         sources = "sha1:" + _examples_digest(examples)
     meta = features_meta(task, tokenizer, max_seq_length, sources, pad_to_multiple, max_segments)
+    if shuffle_seed is not None:
+        meta["shuffle_seed"] = int(shuffle_seed)
     if is_valid_cache(path, meta):
         return int(read_manifest(path)["count"])
     exs = examples() if callable(examples) else examples
+    if shuffle_seed is not None:
+        exs = list(exs)
+        random.Random(int(shuffle_seed)).shuffle(exs)
     total = len(exs) + ((-len(exs)) % pad_to_multiple if pad_to_multiple else 0)
     return cached_tfrecords(path, lambda: iter_features(exs, tokenizer, task, max_seq_length,
                                                         pad_to_multiple=pad_to_multiple, max_segments=max_segments),
@@ -264,7 +277,8 @@ def task_features(task, data_dir: str, split: str, tokenizer, max_seq_length: in
         task.discover_labels(data_dir)
     n = write_features(lambda: task.get_examples(data_dir, split), tokenizer, task, max_seq_length, path,
                        source_files=task.source_files(data_dir, split), pad_to_multiple=pad_to_multiple,
-                       progress=progress, max_segments=max_segments)
+                       progress=progress, max_segments=max_segments,
+                       shuffle_seed=TRAIN_ORDER_SEED if split == "train" else None)
     return path, n
 
 

@@ -82,7 +82,17 @@ class ClassifierRun(runner.TaskSpec):
         out, preds = self._predict(model, "dev", self.eval_batch_size)
         metrics = compute_metrics(self.task, out["label"], preds)
         metrics.update(loss=float(out["loss"].mean()), step=int(step), num_examples=int(len(out["loss"])))
+        metrics["health"] = self.health_check(out, preds)
         return metrics
+
+    def health_check(self, out, preds):
+        from tasks import health
+
+        if self.task.regression:
+            check = health.regression_check(preds, out["label"])
+        else:
+            check = health.label_check(preds, out["label"], list(self.task.labels))
+        return health.add_input_check(check, out.get("num_tokens", []))
 
     def predict(self, model, output_dir):
         from tasks.classification.glue import write_glue_predictions

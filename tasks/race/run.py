@@ -144,6 +144,10 @@ class RaceRun(runner.TaskSpec):
         metrics.update(loss=float(out["loss"][keep].mean()), step=int(step), split=self.eval_split,
                        num_examples=int(keep.sum()), num_middle=int((levels == 0).sum()),
                        num_high=int((levels == 1).sum()))
+        from tasks import health
+
+        metrics["health"] = health.add_input_check(health.label_check(choices, labels, "ABCD", what="option"),
+                                                   out["num_tokens"][keep])
         return metrics
 
     def predict(self, model, output_dir):

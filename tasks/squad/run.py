@@ -117,6 +117,11 @@ class SquadRun(runner.TaskSpec):
                        predict_seconds=round(time.time() - t0, 2))
         if self.v2:
             metrics["null_score_diff_threshold"] = self.null_threshold
+            if self.labelled:
+                from tasks import health
+
+                predicted_null = [preds.null_odds[ex.qas_id] > self.null_threshold for ex in examples]
+                metrics["health"] = health.null_check(predicted_null, [ex.is_impossible for ex in examples])
         self._kept[int(step)] = preds
         return metrics
 

@@ -1,0 +1,86 @@
+"""tasks/health.py: the checks that say when a run is not learning (pure numpy; the CLI runs that force a
+collapse and the healthy runs that must not warn are in test_run_classifier.py / test_quickstart.py)."""
+
+import numpy as np
+
+from tasks import health
+from tasks.runner import health_context
+from xlnet_tf.optimization import auto_bias_correction
+from xlnet_tf.training import TrainConfig
+
+
+def test_loss_trend_windows_and_verdict():
+    falling = [(i + 1, 2.0 - i / 100) for i in range(100)]
+    t = health.loss_trend(falling)
+    assert t["window"] == 10 and t["judged"] and t["fell"]
+    assert abs(t["first_steps_mean"] - np.mean([2.0 - i / 100 for i in range(10)])) < 1e-4
+    flat = [(i + 1, 1.79 + 0.05 * np.sin(i)) for i in range(600)]
+    assert health.loss_trend(flat)["fell"] is False
+    short = health.loss_trend([(1, 2.0), (2, 2.0)])
+    assert short["judged"] is False and short["fell"] is None
+    assert health.loss_trend([]) is None
+
+
+def test_label_collapse_needs_one_label_over_95_percent_and_gold_under_80():
+    gold = np.array([0] * 50 + [1] * 50)
+    collapsed = health.label_check(np.zeros(100, int), gold, ["neg", "pos"])
+    assert collapsed["predicted"] == {"neg": 1.0, "pos": 0.0} and collapsed["gold"] == {"neg": 0.5, "pos": 0.5}
+    assert len(collapsed["warnings"]) == 1 and "'neg'" in collapsed["warnings"][0]
+    healthy = health.label_check(np.r_[np.zeros(60, int), np.ones(40, int)], gold, ["neg", "pos"])
+    assert healthy["warnings"] == []
+    # a task whose gold is 90% one label may predict it 96% of the time without a warning
+    skewed = np.array([0] * 90 + [1] * 10)
+    assert health.label_check(np.r_[np.zeros(96, int), np.ones(4, int)], skewed, ["a", "b"])["warnings"] == []
+
+
+def test_regression_and_null_checks():
+    rng = np.random.default_rng(0)
+    gold = rng.uniform(0, 5, 200)
+    assert health.regression_check(gold + rng.normal(0, 1, 200), gold)["warnings"] == []
+    flat = health.regression_check(np.full(200, 2.5) + rng.normal(0, 0.01, 200), gold)
+    assert len(flat["warnings"]) == 1 and flat["gold_std"] > 1
+    gold_null = np.array([True, False] * 50)
+    assert health.null_check(np.ones(100, bool), gold_null)["warnings"]
+    assert health.null_check(np.zeros(100, bool), gold_null)["warnings"]
+    assert health.null_check(gold_null[::-1], gold_null)["warnings"] == []
+
+
+def test_assess_names_the_likely_causes():
+    check = health.add_input_check(health.label_check(np.zeros(10, int), np.array([0, 1] * 5), ["a", "b"]),
+                                   np.array([2] * 10))
+    ctx = {"learning_rate": 1e-3, "bias_correction": False, "weight_decay": 0.01, "pretrained": False,
+           "train_steps": 100, "warmup_steps": 200}
+    out = health.assess(check, health.loss_trend([(i, 1.0) for i in range(1, 51)]), ctx)
+    assert not out["healthy"] and len(out["warnings"]) == 2
+    causes = " ".join(out["causes"])
+    for words in ("bias correction is off", "no --init_checkpoint", "warmup_steps=200", "hold no text"):
+        assert words in causes, (words, causes)
+    assert out["predictions"]["share_without_text"] == 1.0
+    # fine-tuning at a rate far above the published ones
+    assert "far above" in " ".join(health.likely_causes({"learning_rate": 1e-3, "pretrained": True}))
+    ok = health.assess(health.label_check(np.array([0, 1] * 5), np.array([0, 1] * 5), ["a", "b"]), None, ctx)
+    assert ok["healthy"] and ok["warnings"] == [] and ok["causes"] == []
+
+
+def test_bias_correction_auto_rule():
+    # fine-tuning pretrained weights: the original's rule (AdamWeightDecay has no bias correction)
+    assert auto_bias_correction(0.01, pretrained=True) is False
+    assert auto_bias_correction(0.0, pretrained=True) is True
+    # from random initialisation: always on
+    assert auto_bias_correction(0.01, pretrained=False) is True
+    assert auto_bias_correction(0.0, pretrained=False) is True
+    ctx = health_context(TrainConfig(weight_decay=0.01), init_checkpoint="ckpt")
+    assert ctx["bias_correction"] is False and ctx["pretrained"] is True
+
+
+def test_run_common_resolves_auto_by_init_checkpoint():
+    import run_common
+
+    class F:
+        adam_bias_correction, weight_decay, init_checkpoint = "auto", 0.01, None
+
+    assert run_common.bias_correction(F) is True
+    F.init_checkpoint = "some/checkpoint"
+    assert run_common.bias_correction(F) is False
+    F.adam_bias_correction = "true"
+    assert run_common.bias_correction(F) is True
