@@ -79,6 +79,10 @@ def define_common_flags(default_seq_len: int = 128, default_lr: float = 2e-5) ->
                       "the factor. lr: a true per-layer learning rate rate^(n_layer-depth) on every variable, "
                       "embeddings included; with 0.75 on XLNet-Large the embedding trains at 0.001x the top rate "
                       "and the bottom layers practically freeze.")
+    flags.DEFINE_bool("length_buckets", True, "Training batches of examples of one length group, each padded to its "
+                      "longest example (multiples of 16; classification and RACE); off, or with --grad_accum_steps > 1 "
+                      "(which stacks batches of one shape), every training batch is padded to max_seq_length. "
+                      "Evaluation, prediction and the export always pad a batch to its longest text.")
     flags.DEFINE_integer("grad_accum_steps", 1, "Micro-batches per update (same update as a k-times batch).")
     flags.DEFINE_enum("precision", "float32", ["float32", "mixed_float16", "mixed_bfloat16"], "Compute precision.")
     flags.DEFINE_bool("recompute", False, "Recompute each block's activations in the backward pass.")
@@ -173,6 +177,11 @@ def train_config(F, model_dir: str):
         seed=F.seed, progress=F.progress)
 
 
+def buckets(F) -> bool:
+    """Training batches grouped by length (--length_buckets), unless gradient accumulation needs one shape."""
+    return bool(F.length_buckets) and F.grad_accum_steps == 1
+
+
 def bias_correction(F) -> bool:
     """--adam_bias_correction, with auto resolved by ``optimization.auto_bias_correction`` (the original's rule
     when --init_checkpoint is given, on when training from random initialisation)."""
@@ -186,7 +195,7 @@ def bias_correction(F) -> bool:
 # Flags that change what a training run learns (besides the model config, the data and the tokenizer).
 TRAINING_FLAGS = ("learning_rate", "train_steps", "warmup_steps", "min_lr_ratio", "weight_decay", "adam_epsilon",
                   "adam_bias_correction", "clip", "lr_layer_decay_rate", "layer_decay_mode", "grad_accum_steps",
-                  "precision", "num_trainable_layers", "head_hidden_sizes", "train_batch_size", "seed",
+                  "length_buckets", "precision", "num_trainable_layers", "head_hidden_sizes", "train_batch_size", "seed",
                   "summary_type", "init_checkpoint")
 
 

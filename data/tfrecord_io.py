@@ -23,6 +23,8 @@ from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, 
 
 import numpy as np
 
+from data import lengths
+
 # name -> (dtype string: "int64" | "float32" | "string", shape tuple; () for scalars)
 FeatureSpec = Dict[str, Tuple[str, Tuple[int, ...]]]
 
@@ -158,10 +160,14 @@ def parse_spec(spec: FeatureSpec):
 
 def make_dataset(paths: Sequence[str] | str, spec: FeatureSpec, batch_size: int, is_training: bool,
                  seed: Optional[int] = None, shuffle_buffer: int = 10000, drop_remainder: Optional[bool] = None,
-                 repeat: Optional[bool] = None, int32: bool = True, input_context=None):
+                 repeat: Optional[bool] = None, int32: bool = True, input_context=None,
+                 dynamic: Optional[str] = None):
     """TFRecords -> tf.data of dict batches (int64 features cast to int32 when ``int32``).
 
     ``input_context`` (a ``tf.distribute.InputContext``) shards files/records per input pipeline.
+    ``dynamic`` ("left" or "right": the side one-window records are padded on; classification and RACE pad on
+    the left, SQuAD on the right): each batch padded to its own longest example, and in training the examples
+    grouped by length first (``data.lengths``); None: every batch keeps the records' ``max_seq_length``.
     """
     import tensorflow as tf
 
@@ -186,7 +192,17 @@ def make_dataset(paths: Sequence[str] | str, spec: FeatureSpec, batch_size: int,
         return ex
 
     ds = ds.map(_parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    ds = ds.batch(batch_size, drop_remainder=is_training if drop_remainder is None else drop_remainder)
+    drop_remainder = is_training if drop_remainder is None else drop_remainder
+    if dynamic not in (None, "left", "right"):
+        raise ValueError(f"dynamic: expected None, 'left' or 'right', got {dynamic!r}")
+    left = dynamic == "left"
+    if dynamic and is_training:
+        ds = lengths.length_buckets(ds, batch_size, spec["input_ids"][1][-1], drop_remainder=drop_remainder,
+                                    left=left)
+    else:
+        ds = ds.batch(batch_size, drop_remainder=drop_remainder)
+        if dynamic:
+            ds = ds.map(lambda b: lengths.trim_batch(b, left))
     return ds.prefetch(tf.data.AUTOTUNE)
 
 

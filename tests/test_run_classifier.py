@@ -177,8 +177,11 @@ def test_killed_run_resumes_to_the_same_weights(config_file, tmp_path):
 
 
 def test_mirrored_two_cpus_matches_default_loss_curve(config_file, tmp_path):
+    """Fixed-shape batches (--length_buckets=false): a global batch of 32 is then exactly two per-replica batches
+    of 16 (length groups would fill per replica batch size, so the batches would differ by construction)."""
     data = shared_path("glue", "SST-2")
-    common = ["--do_train", "--dropout=0", "--dropatt=0", f"--cache_dir={tmp_path / 'cache'}", "--jit=false"]
+    common = ["--do_train", "--dropout=0", "--dropatt=0", f"--cache_dir={tmp_path / 'cache'}", "--jit=false",
+              "--length_buckets=false"]
     run_cli("run_classifier.py", base_args("sst-2", data, config_file, tmp_path / "d", L=32, steps=15,
                                            extra=common))
     run_cli("run_classifier.py", base_args("sst-2", data, config_file, tmp_path / "m", L=32, steps=15,
@@ -235,9 +238,14 @@ def test_bad_inputs_fail_clearly_and_damage_nothing(sst2_run, config_file, tmp_p
 
 
 def test_mirrored_with_accumulation_and_dropout_trains(config_file, tmp_path):
-    """Regression: advancing the dropout seed inside the accumulation loop must not need a cross-replica merge."""
+    """Regression: advancing the dropout seed inside the accumulation loop must not need a cross-replica merge.
+    Then the default length-grouped batches (each replica's of its own padded length) under the same strategy."""
     run_cli("run_classifier.py", base_args("sst-2", shared_path("glue", "SST-2"), config_file, tmp_path, L=32,
                                            steps=3, extra=["--do_train", "--grad_accum_steps=2", "--dropout=0.1",
                                                            "--strategy=mirrored", "--num_cpu_devices=2"]))
     history = json.loads((tmp_path / "model" / "train_history.json").read_text())
+    assert [s for s, _ in history] == [1, 2, 3] and all(np.isfinite(l) for _, l in history)
+    run_cli("run_classifier.py", base_args("sst-2", shared_path("glue", "SST-2"), config_file, tmp_path / "b", L=32,
+                                           steps=3, extra=["--do_train", "--strategy=mirrored", "--num_cpu_devices=2"]))
+    history = json.loads((tmp_path / "b" / "model" / "train_history.json").read_text())
     assert [s for s, _ in history] == [1, 2, 3] and all(np.isfinite(l) for _, l in history)

@@ -129,7 +129,8 @@ def training_batches(out):
 
     (path,) = glob.glob(os.path.join(out, "data", "*train*.tfrecord"))
     keras.utils.set_random_seed(SEED)  # as the Trainer: the shuffle's seed pairs with the global seed
-    ds = cls_data.make_dataset(path, BATCH, is_training=True, seed=SEED, input_context=tf.distribute.InputContext())
+    ds = cls_data.make_dataset(path, BATCH, is_training=True, seed=SEED, input_context=tf.distribute.InputContext(),
+                               dynamic="left")  # --length_buckets (the default): batches of one length group
     return [{k: v.numpy() for k, v in b.items()} for b in ds.take(STEPS)]
 
 

@@ -37,8 +37,26 @@ def keep_last(rt: tf.RaggedTensor, lengths: tf.Tensor) -> tf.RaggedTensor:
     return tf.ragged.boolean_mask(rt, mask)
 
 
-def pad_rows(rt: tf.RaggedTensor, length: int, value, left: bool) -> tf.Tensor:
-    """Ragged [b, None] -> dense [b, length], padded on the left or the right (rows must fit)."""
+LENGTH_MULTIPLE = 16  # batches are padded to a multiple of this (a bounded set of shapes for XLA)
+
+
+def padded_length(n, max_len: int, multiple: int = LENGTH_MULTIPLE):
+    """The smallest multiple of ``multiple`` >= ``n`` (at least one multiple), capped at ``max_len``; for Python
+    ints and int tensors alike (the serving graph and ``data.lengths`` share it)."""
+    if isinstance(n, int):
+        return min(int(max_len), max(1, -(-n // multiple)) * multiple)
+    n = tf.maximum(tf.cast(n, tf.int32), 1)
+    return tf.minimum(int(max_len), (n + multiple - 1) // multiple * multiple)
+
+
+def batch_length(rt: tf.RaggedTensor, max_len: int) -> tf.Tensor:
+    """The padded length of a batch of token rows: its longest row, rounded up (``padded_length``)."""
+    return padded_length(tf.reduce_max(rt.row_lengths()), max_len)
+
+
+def pad_rows(rt: tf.RaggedTensor, length, value, left: bool) -> tf.Tensor:
+    """Ragged [b, None] -> dense [b, length], padded on the left or the right (rows must fit); ``length`` may
+    be a tensor (``batch_length``)."""
     dense = rt.to_tensor(default_value=value, shape=[None, length])
     if not left:
         return dense

@@ -431,6 +431,9 @@ class Trainer:
             self.save()  # final checkpoint (unless just written)
         if writer:
             writer.close()
+        if history:  # batches padded to their longest (data/lengths.py) must not retrace the step per shape
+            log.info("training step traced %d time(s) for %d steps", self._step_fn.experimental_get_tracing_count(),
+                     len(history))
         if bar and bar.tty and step != cfg.train_steps:
             bar.close()
         return TrainResult(self.model, history)

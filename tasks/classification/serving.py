@@ -13,8 +13,8 @@ from typing import Dict, Optional, Sequence
 
 import tensorflow as tf
 
-from xlnet_tf.export import (SEG_PAD_CLASSIFIER, ServingModule, constant_rows, float32_outputs, keep_first,
-                             pad_rows, save_atomically)
+from xlnet_tf.export import (SEG_PAD_CLASSIFIER, ServingModule, batch_length, constant_rows, float32_outputs,
+                             keep_first, pad_rows, padded_length, save_atomically)
 
 
 def truncate_lengths(len_a: tf.Tensor, len_b: tf.Tensor, budget) -> tuple:
@@ -31,8 +31,10 @@ def truncate_lengths(len_a: tf.Tensor, len_b: tf.Tensor, budget) -> tuple:
 
 
 def classification_features(ids_a: tf.RaggedTensor, ids_b: Optional[tf.RaggedTensor], max_seq_length: int,
-                            sep_id: int, cls_id: int) -> Dict[str, tf.Tensor]:
-    """The classifier layout of tasks/classification/features.py, in-graph, for a batch of tokenised texts."""
+                            sep_id: int, cls_id: int, length=None) -> Dict[str, tf.Tensor]:
+    """The classifier layout of tasks/classification/features.py, in-graph, for a batch of tokenised texts,
+    padded to ``length`` (default: the batch's longest, rounded up to a multiple of 16: ``batch_length``;
+    ``max_seq_length`` gives the TFRecords' fixed layout)."""
     ids_a = tf.cast(ids_a, tf.int32)
     batch = ids_a.nrows(out_type=tf.int32)
     sep = constant_rows(batch, sep_id)
@@ -40,21 +42,28 @@ def classification_features(ids_a: tf.RaggedTensor, ids_b: Optional[tf.RaggedTen
 
     def dense(parts, segs):
         tokens, segments = tf.concat(parts, axis=1), tf.concat(segs, axis=1)
-        return {"input_ids": pad_rows(tokens, max_seq_length, 0, left=True),
-                "segment_ids": pad_rows(segments, max_seq_length, SEG_PAD_CLASSIFIER, left=True),
-                "padding_mask": pad_rows(tf.ones_like(tokens), max_seq_length, 0, left=True)}
+        return {"tokens": tokens, "segments": segments}
+
+    def padded(rows, length):
+        return {"input_ids": pad_rows(rows["tokens"], length, 0, left=True),
+                "segment_ids": pad_rows(rows["segments"], length, SEG_PAD_CLASSIFIER, left=True),
+                "padding_mask": pad_rows(tf.ones_like(rows["tokens"]), length, 0, left=True)}
 
     a = keep_first(ids_a, tf.fill([batch], max_seq_length - 2))
     single = dense([a, sep, cls], [a * 0, sep * 0, cls * 0 + 2])
     if ids_b is None:
-        return single
+        return padded(single, batch_length(single["tokens"], max_seq_length) if length is None else length)
     ids_b = tf.cast(ids_b, tf.int32)
     la, lb = truncate_lengths(ids_a.row_lengths(), ids_b.row_lengths(), max_seq_length - 3)
     a, b = keep_first(ids_a, la), keep_first(ids_b, lb)
     pair = dense([a, sep, b, sep, cls], [a * 0, sep * 0, b * 0 + 1, sep * 0 + 1, cls * 0 + 2])
     # As the original (and tasks/classification/features.py): an empty B gives the single-text layout.
-    has_b = (ids_b.row_lengths() > 0)[:, None]
-    return {k: tf.where(has_b, pair[k], single[k]) for k in pair}
+    has_b = ids_b.row_lengths() > 0
+    if length is None:
+        rows = tf.where(has_b, pair["tokens"].row_lengths(), single["tokens"].row_lengths())
+        length = padded_length(tf.reduce_max(rows), max_seq_length)
+    single, pair = padded(single, length), padded(pair, length)
+    return {k: tf.where(has_b[:, None], pair[k], single[k]) for k in pair}
 
 
 def left_pad(rt: tf.RaggedTensor, length: tf.Tensor, value) -> tf.Tensor:
@@ -122,7 +131,7 @@ class ClassifierServing(ServingModule):
                                       "padding_mask": padding_mask, "num_segments": num_segments})
 
             return serve_windows
-        spec = tf.TensorSpec([None, self.max_seq_length], tf.int32)
+        spec = tf.TensorSpec([None, None], tf.int32)  # [batch, any length <= max_seq_length], left-padded
 
         @tf.function(input_signature=[spec, spec, spec])
         def serve_ids(input_ids, segment_ids, padding_mask):

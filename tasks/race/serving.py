@@ -3,13 +3,14 @@
 Signatures:
 * ``serving_default(article: string [batch], question: string [batch], options: string [batch, 4])``
   -> ``choice`` int32 [batch] (0-3 = A-D), ``probabilities`` float32 [batch, 4].
-* ``serve_ids(input_ids, segment_ids, padding_mask: int32 [batch, 4, max_seq_length])`` -> the same outputs.
+* ``serve_ids(input_ids, segment_ids, padding_mask: int32 [batch, 4, T])``, T <= max_seq_length, left-padded
+  -> the same outputs.
 
 The in-graph layout is exactly ``tasks/race/features.py``'s ``encode_race`` (tests compare them on real dev questions):
 ``qa = question.replace("_", option)`` if ``"_"`` is in the question (every blank filled) else
 ``question + " " + option``; qa keeps its LAST ``max_qa_length`` pieces, the article its FIRST
-``max_seq_length - 3 - len(qa)``; ``article <sep> qa <sep> <cls>`` LEFT-padded with id 0, segments 0 / 1 / 2,
-padding segment 4. Memory mode (``memory=True``): the same signatures, the article read whole in windows
+``max_seq_length - 3 - len(qa)``; ``article <sep> qa <sep> <cls>`` LEFT-padded with id 0 to the batch's longest option
+(rounded up to a multiple of 16), segments 0 / 1 / 2, padding segment 4. Memory mode (``memory=True``): the same signatures, the article read whole in windows
 (``race_windows``, in-graph twin of ``encode_race(..., windows=True)``) through the model's window loop;
 ``serve_ids`` then takes windows [batch, 4, W, max_seq_length] and ``num_segments`` [batch]. Load in a fresh
 process with ``import tensorflow_text`` (registers the SentencePiece ops).
@@ -21,8 +22,8 @@ from typing import Dict, Optional
 
 import tensorflow as tf
 
-from xlnet_tf.export import (SEG_PAD_CLASSIFIER, ServingModule, constant_rows, float32_outputs, keep_first,
-                             keep_last, pad_rows)
+from xlnet_tf.export import (SEG_PAD_CLASSIFIER, ServingModule, batch_length, constant_rows, float32_outputs,
+                             keep_first, keep_last, pad_rows)
 
 NUM_CHOICES = 4
 
@@ -55,7 +56,8 @@ def race_features(article_ids: tf.RaggedTensor, qa_ids: tf.RaggedTensor, max_seq
                   num_choices: int = NUM_CHOICES) -> Dict[str, tf.Tensor]:
     """In-graph ``tasks.race.features.encode_choices``: article ids [batch, (n)], qa ids [batch * num_choices, (m)]
     (choices of one question adjacent) -> int32 ``input_ids``/``segment_ids``/``padding_mask``
-    [batch, num_choices, max_seq_length]."""
+    [batch, num_choices, T]: the records' layout, padded to the batch's longest option (T <= max_seq_length,
+    a multiple of 16)."""
     if max_qa_length < 1 or max_seq_length - 3 < max_qa_length:
         raise ValueError(f"need 1 <= max_qa_length <= max_seq_length - 3; got max_qa_length={max_qa_length}, "
                          f"max_seq_length={max_seq_length}")
@@ -68,10 +70,11 @@ def race_features(article_ids: tf.RaggedTensor, qa_ids: tf.RaggedTensor, max_seq
     sep, cls = constant_rows(rows, sep_id), constant_rows(rows, cls_id)
     tokens = tf.concat([ctx, sep, qa, sep, cls], axis=1)
     segments = tf.concat([ctx * 0, sep * 0, qa * 0 + 1, sep * 0 + 1, cls * 0 + 2], axis=1)
-    feats = {"input_ids": pad_rows(tokens, max_seq_length, 0, left=True),
-             "segment_ids": pad_rows(segments, max_seq_length, SEG_PAD_CLASSIFIER, left=True),
-             "padding_mask": pad_rows(tf.ones_like(tokens), max_seq_length, 0, left=True)}
-    return {k: tf.reshape(v, [-1, num_choices, max_seq_length]) for k, v in feats.items()}
+    length = batch_length(tokens, max_seq_length)  # the batch's longest option, rounded up (data/lengths.py)
+    feats = {"input_ids": pad_rows(tokens, length, 0, left=True),
+             "segment_ids": pad_rows(segments, length, SEG_PAD_CLASSIFIER, left=True),
+             "padding_mask": pad_rows(tf.ones_like(tokens), length, 0, left=True)}
+    return {k: tf.reshape(v, [-1, num_choices, length]) for k, v in feats.items()}
 
 
 def race_windows(article_ids: tf.RaggedTensor, qa_ids: tf.RaggedTensor, max_seq_length: int, max_qa_length: int,
@@ -158,7 +161,7 @@ class RaceServing(ServingModule):
                                       "padding_mask": padding_mask, "num_segments": num_segments})
 
             return serve_windows
-        spec = tf.TensorSpec([None, self.num_choices, self.max_seq_length], tf.int32)
+        spec = tf.TensorSpec([None, self.num_choices, None], tf.int32)  # any length <= max_seq_length
 
         @tf.function(input_signature=[spec, spec, spec])
         def serve_ids(input_ids, segment_ids, padding_mask):

@@ -50,7 +50,7 @@ import tensorflow as tf
 import tensorflow_text
 from tensorflow_text.python.ops.sentencepiece_tokenizer import gen_sentencepiece_tokenizer as _spm_ops
 
-from xlnet_tf.export import ServingModule, constant_rows, float32_outputs, keep_first, pad_rows
+from xlnet_tf.export import ServingModule, batch_length, constant_rows, float32_outputs, keep_first, pad_rows
 from xlnet_tf.tf_tokenizer import SPIECE_UNDERLINE, _lower
 
 SEG_P, SEG_Q, SEG_CLS, SEG_PAD = 0, 1, 2, 3
@@ -278,10 +278,11 @@ def squad_windows(ctx_ids: tf.RaggedTensor, q_ids: tf.RaggedTensor, max_seq_leng
     z = lambda r: r * 0  # noqa: E731
     segments = tf.concat([z(para) + SEG_P, z(sep) + SEG_P, z(qw) + SEG_Q, z(sep) + SEG_Q, z(cls) + SEG_CLS], 1)
     p_mask = tf.concat([z(para), z(sep) + 1, z(qw) + 1, z(sep) + 1, z(cls)], axis=1)
-    features = {"input_ids": pad_rows(tokens, L, 0, left=False),
-                "segment_ids": pad_rows(segments, L, SEG_PAD, left=False),
-                "padding_mask": pad_rows(tf.ones_like(tokens), L, 0, left=False),
-                "p_mask": pad_rows(p_mask, L, 1, left=False),
+    T = batch_length(tokens, L)  # the call's longest window, rounded up (data/lengths.py): positions unchanged
+    features = {"input_ids": pad_rows(tokens, T, 0, left=False),
+                "segment_ids": pad_rows(segments, T, SEG_PAD, left=False),
+                "padding_mask": pad_rows(tf.ones_like(tokens), T, 0, left=False),
+                "p_mask": pad_rows(p_mask, T, 1, left=False),
                 "cls_index": tf.cast(plen + tf.gather(nq, ex) + 2, tf.int32)}
     # max-context rule: score 100 * min(left, right) + length (= 100x the original's), first window on ties
     pv, lv = pos.flat_values, tf.gather(plen, pos.value_rowids())
@@ -415,7 +416,7 @@ class SquadServing(ServingModule):
         return serve_text
 
     def ids_fn(self):
-        spec = tf.TensorSpec([None, self.max_seq_length], tf.int32)
+        spec = tf.TensorSpec([None, None], tf.int32)  # right-padded windows, any length <= max_seq_length
 
         @tf.function(input_signature=[spec, spec, spec, spec, tf.TensorSpec([None], tf.int32)], autograph=False)
         def serve_ids(input_ids, segment_ids, padding_mask, p_mask, cls_index):

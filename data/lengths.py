@@ -1,0 +1,55 @@
+"""Pay for the text, not for max_seq_length: batches padded to their own longest example.
+
+The classifier and RACE records are LEFT-padded to ``max_seq_length`` (``<cls>`` stays last, as the original),
+SQuAD's right-padded (``P <sep> Q <sep> <cls> PAD``); padding is masked and positions are relative, so dropping leading all-padding columns changes no real token's
+output beyond float noise (tests/test_lengths.py). Lengths are rounded up to a multiple of 16
+(``xlnet_tf.export.LENGTH_MULTIPLE``) so that XLA (a GPU's whole-step compilation) meets a bounded set of
+shapes: ``max_seq_length / 16`` at most.
+
+* ``trim_batch``: a batch [b, (choices,) L] -> [b, (choices,) T], T = the padded length of its longest example
+  (the padding side's columns dropped);
+* ``length_buckets``: training examples grouped by that padded length (``group_by_window``: a batch fills from
+  one length group at a time, the input order stays shuffled), each batch then trimmed;
+* the rounding is ``xlnet_tf.export.padded_length`` (the serving graph pads each call's batch the same way).
+"""
+
+from __future__ import annotations
+
+from typing import Dict
+
+SEQUENCE_KEYS = ("input_ids", "segment_ids", "padding_mask", "p_mask")  # the [.., L] features
+
+
+def real_lengths(batch: Dict) -> "tf.Tensor":
+    """Real pieces of each example (its longest choice for RACE) [b]."""
+    import tensorflow as tf
+
+    counts = tf.reduce_sum(tf.cast(batch["padding_mask"], tf.int32), axis=-1)
+    return tf.reduce_max(tf.reshape(counts, [tf.shape(counts)[0], -1]), axis=1)
+
+
+def trim_batch(batch: Dict, left: bool = True) -> Dict:
+    """Drops the columns no example of the batch needs, to the padded length: the leading ones of left-padded
+    records (classification, RACE), the trailing ones of right-padded records (SQuAD: its positions count from
+    the left, so they stay valid)."""
+    import tensorflow as tf
+
+    from xlnet_tf.export import padded_length
+
+    keep = padded_length(tf.reduce_max(real_lengths(batch)), batch["input_ids"].shape[-1])
+    return {k: (v[..., -keep:] if left else v[..., :keep]) if k in SEQUENCE_KEYS else v for k, v in batch.items()}
+
+
+def length_buckets(examples, batch_size: int, max_len: int, drop_remainder: bool = True, left: bool = True):
+    """Unbatched training examples (shuffled, repeated) -> batches of one padded length each, trimmed."""
+    import tensorflow as tf
+
+    from xlnet_tf.export import LENGTH_MULTIPLE, padded_length
+
+    def key(ex):
+        n = tf.reduce_max(tf.reduce_sum(tf.cast(ex["padding_mask"], tf.int32), axis=-1))
+        return tf.cast(padded_length(n, max_len) // LENGTH_MULTIPLE, tf.int64)
+
+    ds = examples.group_by_window(key_func=key, window_size=batch_size,
+                                  reduce_func=lambda _, w: w.batch(batch_size, drop_remainder=drop_remainder))
+    return ds.map(lambda b: trim_batch(b, left), num_parallel_calls=tf.data.AUTOTUNE)
