@@ -80,7 +80,7 @@ def define_common_flags(default_seq_len: int = 128, default_lr: float = 2e-5) ->
                       "embeddings included; with 0.75 on XLNet-Large the embedding trains at 0.001x the top rate "
                       "and the bottom layers practically freeze.")
     flags.DEFINE_bool("length_buckets", True, "Training batches of examples of one length group, each padded to its "
-                      "longest example (multiples of 16; classification and RACE); off, or with --grad_accum_steps > 1 "
+                      "longest example (multiples of 8; classification and RACE); off, or with --grad_accum_steps > 1 "
                       "(which stacks batches of one shape), every training batch is padded to max_seq_length. "
                       "Evaluation, prediction and the export always pad a batch to its longest text.")
     flags.DEFINE_integer("grad_accum_steps", 1, "Micro-batches per update (same update as a k-times batch).")

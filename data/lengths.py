@@ -2,9 +2,9 @@
 
 The classifier and RACE records are LEFT-padded to ``max_seq_length`` (``<cls>`` stays last, as the original),
 SQuAD's right-padded (``P <sep> Q <sep> <cls> PAD``); padding is masked and positions are relative, so dropping leading all-padding columns changes no real token's
-output beyond float noise (tests/test_lengths.py). Lengths are rounded up to a multiple of 16
+output beyond float noise (tests/test_lengths.py). Lengths are rounded up to a multiple of 8
 (``xlnet_tf.export.LENGTH_MULTIPLE``) so that XLA (a GPU's whole-step compilation) meets a bounded set of
-shapes: ``max_seq_length / 16`` at most.
+shapes: ``max_seq_length / 8`` at most.
 
 * ``trim_batch``: a batch [b, (choices,) L] -> [b, (choices,) T], T = the padded length of its longest example
   (the padding side's columns dropped);

@@ -84,3 +84,19 @@ def test_run_common_resolves_auto_by_init_checkpoint():
     assert run_common.bias_correction(F) is False
     F.adam_bias_correction = "true"
     assert run_common.bias_correction(F) is True
+
+
+def test_history_file_covers_every_step_of_a_resumed_run(tmp_path):
+    """train_history.json (what the loss trend reads): a resumed process replaces the steps from its first one
+    on and keeps the earlier ones; a process with nothing left to train keeps the file (it used to empty it,
+    and a rerun after a kill during the export then reported no loss trend)."""
+    import json
+
+    from xlnet_tf.training import write_history
+
+    path = str(tmp_path / "train_history.json")
+    write_history(path, [(1, 2.0), (2, 1.9), (3, 1.8), (4, 1.7)])  # killed after step 4 (checkpoint at 3)
+    write_history(path, [(4, 1.75), (5, 1.6)])
+    assert json.load(open(path)) == [[1, 2.0], [2, 1.9], [3, 1.8], [4, 1.75], [5, 1.6]]
+    write_history(path, [])
+    assert len(json.load(open(path))) == 5

@@ -1,6 +1,6 @@
 """Batches padded to their own longest example (data/lengths.py, the serving graph's batch_length): the same
 example gives the same outputs at any padded length, per task layout, and the tf.data pipelines keep every
-example (evaluation: in order) while padding each batch to a multiple of 16."""
+example (evaluation: in order) while padding each batch to a multiple of 8."""
 
 import numpy as np
 import pytest
@@ -28,9 +28,9 @@ def left_padded(rng, n_real, L, choices=None):
     return {"input_ids": ids, "segment_ids": seg, "padding_mask": mask}
 
 
-def test_padded_length_rounds_up_to_16_within_max():
-    assert [padded_length(n, 128) for n in (0, 1, 16, 17, 100, 127, 128, 500)] == [16, 16, 16, 32, 112, 128, 128, 128]
-    assert [int(padded_length(tf.constant(n), 40)) for n in (1, 17, 33, 40)] == [16, 32, 40, 40]
+def test_padded_length_rounds_up_to_8_within_max():
+    assert [padded_length(n, 128) for n in (0, 1, 8, 9, 100, 127, 128, 500)] == [8, 8, 8, 16, 104, 128, 128, 128]
+    assert [int(padded_length(tf.constant(n), 36)) for n in (1, 17, 33, 36)] == [8, 24, 36, 36]
 
 
 @pytest.mark.parametrize("head_kind,summary", [("classification", "last"), ("classification", "mean"),
@@ -51,7 +51,7 @@ def test_same_logits_at_any_padded_length(head_kind, summary):
     model.build_with(feats)
     full = model(feats, training=False)["logits"].numpy()
     trimmed = lengths.trim_batch({k: tf.constant(v) for k, v in feats.items()})
-    assert trimmed["input_ids"].shape[-1] == 32  # longest 20 -> 32
+    assert trimmed["input_ids"].shape[-1] == 24  # longest 20 -> 24
     np.testing.assert_allclose(model(trimmed, training=False)["logits"].numpy(), full, atol=1e-5, rtol=1e-5)
     exact = {k: v[..., -20:] for k, v in feats.items()}  # no padding left in the longest row
     np.testing.assert_allclose(model(exact, training=False)["logits"].numpy(), full, atol=1e-5, rtol=1e-5)
@@ -71,7 +71,7 @@ def test_evaluation_batches_are_trimmed_and_keep_order(tmp_path):
     n_real = [5, 40, 7, 9, 60, 3, 18]
     path, spec, feats = _records(tmp_path, n_real, 64)
     batches = list(tfrecord_io.make_dataset(path, spec, 3, is_training=False, dynamic="left"))
-    assert [b["input_ids"].shape[1] for b in batches] == [48, 64, 32]
+    assert [b["input_ids"].shape[1] for b in batches] == [40, 64, 24]
     labels = np.concatenate([b["label"].numpy() for b in batches])
     assert labels.tolist() == list(range(7))
     for b in batches:  # the kept columns are the records' last ones
@@ -88,8 +88,8 @@ def test_training_batches_come_from_one_length_group(tmp_path):
     for b in ds.take(60):
         width = b["input_ids"].shape[1]
         real = b["padding_mask"].numpy().sum(1)
-        assert b["input_ids"].shape[0] == 8 and width % 16 == 0 and width <= 64
-        assert (padded_length(int(real.max()), 64) == width) and (real > width - 16).all()  # one group
+        assert b["input_ids"].shape[0] == 8 and width % 8 == 0 and width <= 64
+        assert (padded_length(int(real.max()), 64) == width) and (real > width - 8).all()  # one group
         for i in b["label"].numpy():
             seen[int(i)] = seen.get(int(i), 0) + 1
     assert len(seen) > 150  # shuffled across the whole file, not one group drained first

@@ -7,6 +7,7 @@ import tarfile
 import numpy as np
 import pytest
 
+from data import tfrecord_io
 from tasks.race import features as race_data
 from tasks.race import reader as race_task
 from tasks.errors import DataError
@@ -225,17 +226,21 @@ def test_writer_cache_workers_and_dataset(tokenizer, dev_docs, tmp_path):
     stamp = os.stat(out).st_mtime_ns
     assert race_data.write_race_features(str(tmp_path), "dev", out, tokenizer, 64, 16, progress=False) == 6
     assert os.stat(out).st_mtime_ns == stamp
-    batch = next(iter(race_data.race_dataset(out, 64, 4, is_training=False)))
-    assert batch["input_ids"].shape == (4, 4, 64) and list(batch["label"].numpy()) == [1, 1, 1, 1]
+    batch = next(iter(race_data.race_dataset(out, 64, 4, is_training=False)))  # padded to its longest option
+    T = batch["input_ids"].shape[-1]
+    assert batch["input_ids"].shape == (4, 4, T) and T % 8 == 0 and T < 64
+    assert list(batch["label"].numpy()) == [1, 1, 1, 1]
     ex = race_task.read_race(str(tmp_path), "dev")[0]
     ref = race_data.encode_race(tokenizer, ex.article, ex.question, ex.options, 64, 16)
     for k in ("input_ids", "segment_ids", "padding_mask"):
-        np.testing.assert_array_equal(batch[k][0].numpy(), ref[k])
+        np.testing.assert_array_equal(batch[k][0].numpy(), ref[k][..., -T:])
+        assert not ref["padding_mask"][..., :-T].any()
     flat = race_data.flatten_choices(batch)
-    assert flat["input_ids"].shape == (16, 64)
+    assert flat["input_ids"].shape == (16, T)
     race_data.write_race_features(str(tmp_path), "dev", out, tokenizer, 96, 16, num_workers=0, progress=False)
     assert os.stat(out).st_mtime_ns != stamp
-    assert next(iter(race_data.race_dataset(out, 96, 2, False)))["input_ids"].shape == (2, 4, 96)
+    assert race_data.race_dataset(out, 96, 2, False).element_spec["input_ids"].shape[1] == 4
+    assert tfrecord_io.read_manifest(out)["spec"]["input_ids"][1] == [4, 96]  # rebuilt at the new length
 
 
 # ------------------------------------------------------------------------------------------------ head

@@ -175,9 +175,9 @@ def test_in_graph_features_equal_python(tokenizer, dev_examples, max_seq_length,
     graph = fn(tf.constant([ex.article for ex in examples]), tf.constant([ex.question for ex in examples]),
                tf.constant([list(ex.options) for ex in examples]))
     py = _python_features(tokenizer, examples, max_seq_length, max_qa_length)
-    # the graph pads the batch to its longest option (rounded up to 16): the records' last T columns
+    # the graph pads the batch to its longest option (rounded up to a multiple of 8): the records' last T columns
     T = graph["input_ids"].shape[-1]
-    assert T == min(max_seq_length, -(-int(py["padding_mask"].sum(-1).max()) // 16) * 16)
+    assert T == min(max_seq_length, -(-int(py["padding_mask"].sum(-1).max()) // 8) * 8)
     assert not py["padding_mask"][..., :-T].any()
     for k in py:
         assert graph[k].dtype == tf.int32 and py[k].shape == (len(examples), 4, max_seq_length)

@@ -297,10 +297,11 @@ def test_multi_worker_mirrored_two_local_workers(tmp_path):
     assert reps[0]["replicas"] == 2
     assert len(reps[0]["losses"]) == 3 and reps[0]["losses"] == reps[1]["losses"]
     assert reps[0]["checksum"] == reps[1]["checksum"]
-    # the chief (worker 0) keeps the checkpoints; the other worker's copies are deleted
+    # the chief (worker 0) keeps the checkpoints and the loss history; the other worker's copies are deleted
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-3")
     assert sorted(os.listdir(tmp_path)) == ["checkpoint", "ckpt-2.data-00000-of-00001", "ckpt-2.index",
-                                            "ckpt-3.data-00000-of-00001", "ckpt-3.index", "train"]
+                                            "ckpt-3.data-00000-of-00001", "ckpt-3.index", "train",
+                                            "train_history.json"]
 
 
 def test_checkpoint_of_another_shape_is_one_clear_error(tmp_path):

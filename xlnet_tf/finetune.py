@@ -15,7 +15,6 @@ import tensorflow as tf
 
 from xlnet_tf import hardware
 from xlnet_tf.config import XLNetConfig
-from xlnet_tf.fileutil import write_json
 from xlnet_tf.task_model import TaskModel
 from xlnet_tf.training import PRECISIONS, TrainConfig, Trainer, predict
 
@@ -32,20 +31,6 @@ def dummy_features(feature_spec: Dict) -> Dict[str, np.ndarray]:
     if "padding_mask" in out:
         out["padding_mask"][...] = 1
     return out
-
-
-def write_history(path: str, history) -> None:
-    """Writes [[step, loss], ...]; entries of an interrupted earlier run before this run's first step are kept."""
-    import json
-
-    old = []
-    if history and os.path.isfile(path):
-        try:
-            with open(path) as f:
-                old = [h for h in json.load(f) if h[0] < history[0][0]]
-        except (OSError, ValueError):
-            old = []
-    write_json(path, old + [[int(s), float(l)] for s, l in history], newline=False)
 
 
 def checkpoint_step(path: str) -> int:
@@ -84,10 +69,8 @@ class FineTuner:
         trainer = Trainer(self.build_model, ds, train_config, self.strategy)
         if trainer.restored_from:
             log.info("resumed from %s", trainer.restored_from)
-        result = trainer.train()
+        result = trainer.train()  # writes model_dir/train_history.json with each checkpoint
         self.model, self.step = result.model, int(trainer.step.numpy())
-        if train_config.model_dir and trainer.is_chief:
-            write_history(os.path.join(train_config.model_dir, "train_history.json"), result.history)
         return result
 
     def restore(self, path: str) -> TaskModel:

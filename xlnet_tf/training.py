@@ -120,6 +120,29 @@ def write_scalar(name: str, value: float, step: int) -> None:
     tf.summary.write(name, tf.constant(float(value), tf.float32), step=step, metadata=_SCALAR_METADATA)
 
 
+HISTORY_FILE = "train_history.json"  # in model_dir: [[step, loss], ...] of every update of the run
+
+
+def write_history(path: str, history) -> None:
+    """Writes [[step, loss], ...]; entries of an earlier (interrupted) process before this one's first step are
+    kept, so a resumed run's file holds all its steps. Nothing to write (a rerun with every step done) keeps
+    the file."""
+    import json
+
+    if not history:
+        return
+    old = []
+    if os.path.isfile(path):
+        try:
+            with open(path) as f:
+                old = [h for h in json.load(f) if h[0] < history[0][0]]
+        except (OSError, ValueError):
+            old = []
+    from xlnet_tf.fileutil import write_json
+
+    write_json(path, old + [[int(s), float(l)] for s, l in history], newline=False)
+
+
 def _seed_states(model) -> List:
     """State variables of every Keras SeedGenerator of the model (dropout RNG)."""
     seen, out = set(), []
@@ -382,6 +405,12 @@ class Trainer:
 
         return train_step
 
+    def _save_history(self, history) -> None:
+        """``model_dir/train_history.json``, written BEFORE each checkpoint: a run killed between the two resumes
+        from the older checkpoint and rewrites the steps after it, so the file always covers every step."""
+        if self.config.model_dir and self.is_chief:
+            write_history(os.path.join(self.config.model_dir, HISTORY_FILE), history)
+
     def save(self) -> Optional[str]:
         if self.manager is None:
             return None
@@ -426,7 +455,9 @@ class Trainer:
             if not math.isfinite(loss) and not self.fp16:
                 raise FloatingPointError(f"non-finite loss {loss} at step {step}")
             if cfg.save_steps and step % cfg.save_steps == 0:
+                self._save_history(history)
                 self.save()
+        self._save_history(history)
         if history and step == cfg.train_steps and not (cfg.save_steps and step % cfg.save_steps == 0):
             self.save()  # final checkpoint (unless just written)
         if writer:

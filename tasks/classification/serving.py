@@ -33,7 +33,7 @@ def truncate_lengths(len_a: tf.Tensor, len_b: tf.Tensor, budget) -> tuple:
 def classification_features(ids_a: tf.RaggedTensor, ids_b: Optional[tf.RaggedTensor], max_seq_length: int,
                             sep_id: int, cls_id: int, length=None) -> Dict[str, tf.Tensor]:
     """The classifier layout of tasks/classification/features.py, in-graph, for a batch of tokenised texts,
-    padded to ``length`` (default: the batch's longest, rounded up to a multiple of 16: ``batch_length``;
+    padded to ``length`` (default: the batch's longest, rounded up to a multiple of 8: ``batch_length``;
     ``max_seq_length`` gives the TFRecords' fixed layout)."""
     ids_a = tf.cast(ids_a, tf.int32)
     batch = ids_a.nrows(out_type=tf.int32)

@@ -10,7 +10,7 @@ The in-graph layout is exactly ``tasks/race/features.py``'s ``encode_race`` (tes
 ``qa = question.replace("_", option)`` if ``"_"`` is in the question (every blank filled) else
 ``question + " " + option``; qa keeps its LAST ``max_qa_length`` pieces, the article its FIRST
 ``max_seq_length - 3 - len(qa)``; ``article <sep> qa <sep> <cls>`` LEFT-padded with id 0 to the batch's longest option
-(rounded up to a multiple of 16), segments 0 / 1 / 2, padding segment 4. Memory mode (``memory=True``): the same signatures, the article read whole in windows
+(rounded up to a multiple of 8), segments 0 / 1 / 2, padding segment 4. Memory mode (``memory=True``): the same signatures, the article read whole in windows
 (``race_windows``, in-graph twin of ``encode_race(..., windows=True)``) through the model's window loop;
 ``serve_ids`` then takes windows [batch, 4, W, max_seq_length] and ``num_segments`` [batch]. Load in a fresh
 process with ``import tensorflow_text`` (registers the SentencePiece ops).
@@ -57,7 +57,7 @@ def race_features(article_ids: tf.RaggedTensor, qa_ids: tf.RaggedTensor, max_seq
     """In-graph ``tasks.race.features.encode_choices``: article ids [batch, (n)], qa ids [batch * num_choices, (m)]
     (choices of one question adjacent) -> int32 ``input_ids``/``segment_ids``/``padding_mask``
     [batch, num_choices, T]: the records' layout, padded to the batch's longest option (T <= max_seq_length,
-    a multiple of 16)."""
+    a multiple of 8)."""
     if max_qa_length < 1 or max_seq_length - 3 < max_qa_length:
         raise ValueError(f"need 1 <= max_qa_length <= max_seq_length - 3; got max_qa_length={max_qa_length}, "
                          f"max_seq_length={max_seq_length}")
