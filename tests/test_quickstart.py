@@ -127,6 +127,7 @@ def test_fresh_process_answer(smoke):
 
 
 # ----------------------------------------------------------------------------------------- the full run (README)
+@pytest.mark.outcome
 def test_full_demo_learns(tmp_path):
     """The README's main job exactly as ``./dev.sh demo`` runs it (full mode, its default flags, from random
     initialisation): dev accuracy well above the 0.196 majority class and no health warning. Measured: 0.859,

@@ -20,6 +20,8 @@ from tests.conftest import REPO, shared_path
 sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 import recipes  # noqa: E402
 
+pytestmark = pytest.mark.outcome
+
 
 @pytest.fixture(scope="module")
 def work(tmp_path_factory):
