@@ -223,6 +223,6 @@ def create_optimizer(learning_rate: float, train_steps: int, warmup_steps: int =
     """AdamW on the WarmupLinearDecay schedule (call inside ``strategy.scope()``). ``bias_correction=None``: the
     original's choice, on when ``weight_decay == 0`` and off otherwise."""
     if bias_correction is None:
-        bias_correction = not weight_decay > 0
+        bias_correction = auto_bias_correction(weight_decay, pretrained=True)
     schedule = WarmupLinearDecay(learning_rate, train_steps, warmup_steps, min_lr_ratio)
     return AdamW(learning_rate=schedule, weight_decay=weight_decay, epsilon=epsilon, bias_correction=bias_correction)

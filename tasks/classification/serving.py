@@ -66,15 +66,6 @@ def classification_features(ids_a: tf.RaggedTensor, ids_b: Optional[tf.RaggedTen
     return {k: tf.where(has_b[:, None], pair[k], single[k]) for k in pair}
 
 
-def left_pad(rt: tf.RaggedTensor, length: tf.Tensor, value) -> tf.Tensor:
-    """Ragged [b, None] -> dense [b, length] padded on the left; ``length`` may be a tensor (rows must fit)."""
-    n = tf.cast(rt.row_lengths(), tf.int32)
-    dense = rt.to_tensor(default_value=tf.cast(value, rt.dtype))
-    src = tf.range(length)[None, :] - (length - n)[:, None]
-    gathered = tf.gather(dense, tf.clip_by_value(src, 0, tf.maximum(tf.shape(dense)[1] - 1, 0)), batch_dims=1)
-    return tf.where(src >= 0, gathered, tf.cast(value, dense.dtype))
-
-
 def document_windows(ids_a: tf.RaggedTensor, max_seq_length: int, sep_id: int, cls_id: int,
                      max_segments: Optional[int] = None) -> Dict[str, tf.Tensor]:
     """``features.encode_documents`` in-graph: tokenised documents -> windows [b, S, L], right-aligned to the
@@ -91,9 +82,9 @@ def document_windows(ids_a: tf.RaggedTensor, max_seq_length: int, sep_id: int, c
     num = (n + L - 1) // L
     total = tf.maximum(tf.reduce_max(num), 1) * L
     shape = tf.stack([batch, -1, L])
-    return {"input_ids": tf.reshape(left_pad(tokens, total, 0), shape),
-            "segment_ids": tf.reshape(left_pad(segments, total, SEG_PAD_CLASSIFIER), shape),
-            "padding_mask": tf.reshape(left_pad(tf.ones_like(tokens), total, 0), shape),
+    return {"input_ids": tf.reshape(pad_rows(tokens, total, 0, left=True), shape),
+            "segment_ids": tf.reshape(pad_rows(segments, total, SEG_PAD_CLASSIFIER, left=True), shape),
+            "padding_mask": tf.reshape(pad_rows(tf.ones_like(tokens), total, 0, left=True), shape),
             "num_segments": num}
 
 

@@ -82,8 +82,6 @@ def race_windows(article_ids: tf.RaggedTensor, qa_ids: tf.RaggedTensor, max_seq_
                  max_segments: Optional[int] = None) -> Dict[str, tf.Tensor]:
     """In-graph ``tasks.race.features.encode_choice_windows``: -> int32 windows [batch, num_choices, W, L]
     right-aligned to the batch's most windows, and ``num_segments`` [batch] (the most of each question's options)."""
-    from tasks.classification.serving import left_pad
-
     L = int(max_seq_length)
     if max_qa_length < 1 or L - 3 < max_qa_length:
         raise ValueError(f"need 1 <= max_qa_length <= max_seq_length - 3; got max_qa_length={max_qa_length}, "
@@ -100,9 +98,9 @@ def race_windows(article_ids: tf.RaggedTensor, qa_ids: tf.RaggedTensor, max_seq_
     num = (tf.cast(tokens.row_lengths(), tf.int32) + L - 1) // L
     total = tf.maximum(tf.reduce_max(num), 1) * L
     shape = tf.stack([-1, num_choices, total // L, L])
-    return {"input_ids": tf.reshape(left_pad(tokens, total, 0), shape),
-            "segment_ids": tf.reshape(left_pad(segments, total, SEG_PAD_CLASSIFIER), shape),
-            "padding_mask": tf.reshape(left_pad(tf.ones_like(tokens), total, 0), shape),
+    return {"input_ids": tf.reshape(pad_rows(tokens, total, 0, left=True), shape),
+            "segment_ids": tf.reshape(pad_rows(segments, total, SEG_PAD_CLASSIFIER, left=True), shape),
+            "padding_mask": tf.reshape(pad_rows(tf.ones_like(tokens), total, 0, left=True), shape),
             "num_segments": tf.reduce_max(tf.reshape(num, [-1, num_choices]), axis=1)}
 
 
