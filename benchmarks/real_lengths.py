@@ -1,32 +1,40 @@
 #!/usr/bin/env python
 """Time per SST-2 epoch on real text lengths: batches padded to max_seq_length vs to their own longest example,
 ours against HuggingFace PyTorch's dynamic padding, side by side in one run (XLNet-Base shape, random weights:
-the cost does not depend on the values).
+the cost does not depend on the values), and where a step's time goes.
 
     python benchmarks/real_lengths.py                  # XLNet-Base, batch 32, L 128 -> results/real_lengths.json
     python benchmarks/real_lengths.py --quick          # 2 layers (a smoke run of the script)
 
-Variants (each a fine-tuning step: forward, loss, backward, AdamW update, dropout 0.1):
-* ``ours_fixed``   : the TFRecords' fixed layout, every batch [32, 128] (what every run did before);
-* ``ours_dynamic`` : ``--length_buckets`` (the default): examples grouped by padded length, each batch padded to
-  its longest (multiples of 8; ``data/lengths.py``);
-* ``hf_dynamic``   : HF ``XLNetForSequenceClassification``, random batches padded to their longest (what
-  ``Trainer`` + ``DataCollatorWithPadding`` does), the same token ids (XLNet's spiece.model);
-* ``hf_grouped``   : the same with HF's ``group_by_length`` (mega-batches of 50 batches sorted by length).
-Each variant times ``--batches`` batches drawn the way its epoch draws them (after 2 warm-up steps), in
-interleaved rounds; the epoch time is the median seconds per batch x batches per epoch (67,349 / 32), plus, for
-ours, the one-off compilation of the small XLA clusters at each padded length an epoch meets (a batch of a
-length not seen before is timed apart). Tokens per batch are counted too, so a reader sees where the time goes.
-Serving: each set's calls are made once untimed (every padded length compiled, dynamic vs fixed outputs
-compared), then timed in interleaved repetitions.
+An epoch is 2,104 batches of 32 SST-2 sentences; what it costs is the sum over its batches of one fine-tuning
+step (forward, loss, backward, clipping, AdamW update; dropout 0.1) at the batch's padded length T. So:
+
+1. **Epoch plans** (no model): every sampler draws a whole epoch of the real SST-2 train sentences (XLNet's
+   spiece.model, ``A <sep> <cls>``) and yields its padded lengths:
+   * ``ours_fixed``: every batch [32, 128] (the TFRecords' layout);
+   * ``ours_m{1,2,4,8}``: ``--length_buckets`` (``data/lengths.py``): examples grouped by their length rounded
+     up to a multiple of m, each batch padded to that length;
+   * ``hf_dynamic``: random batches padded to their longest (``Trainer`` + ``DataCollatorWithPadding``);
+   * ``hf_grouped``: the same with ``group_by_length`` (mega-batches of 50 batches sorted by length).
+2. **Step time by padded length**: each implementation in its OWN worker process (two frameworks' thread pools
+   in one process slow each other: OpenMP threads spin after a step), fed [32, T] batches for T on a grid, in
+   interleaved rounds (ours, then HF, alternating who goes first); medians per T, linear in between. Ours also
+   pays once per new padded length to compile its small XLA clusters (first step at a length minus the median).
+3. **Epoch time** = sum over the plan's batches of the step time at T (+ ours' compilations per length met).
+4. **Where the time goes**: forward, forward + backward, and the optimizer update (clip + AdamW) alone, timed
+   in each worker at T = 16 (a typical SST-2 batch).
+Serving: texts/s from raw text, padded to each call's longest vs to max_seq_length.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
+import resource
 import statistics
+import subprocess
 import sys
 import time
 
@@ -41,6 +49,8 @@ from bench_util import cpu_model, versions, write_json  # noqa: E402
 
 BASE = dict(n_layer=12, d_model=768, n_head=12, d_head=64, d_inner=3072)
 QUICK = dict(n_layer=2, d_model=768, n_head=12, d_head=64, d_inner=3072)
+PROTO = "@@"
+MULTIPLES = (1, 2, 4, 8)
 
 
 def shared_dir() -> str:
@@ -56,78 +66,244 @@ def sst2_ids(tok):
     return [tok.encode(ex.text_a) for ex in exs]
 
 
-def ours(config, records, batch, L, dynamic, seed):
-    """A step function over our training pipeline; returns (next_step() -> (seconds, tokens))."""
+# ============================================================================================ epoch plans
+def ceil_to(n: int, m: int, cap: int) -> int:
+    return min(cap, -(-n // m) * m)
+
+
+def epoch_plans(lengths, batch: int, L: int, seed: int = 1):
+    """{sampler: {padded length T: batches of an epoch}} for one epoch of ``lengths`` (see the module doc)."""
+    import numpy as np
+
+    lengths = np.minimum(np.asarray(lengths), L)
+    rng = np.random.default_rng(seed)
+    n = len(lengths) // batch
+    plans = {"ours_fixed": {L: float(n)}}
+    for m in MULTIPLES:  # group_by_window: every batch holds one rounded length; an epoch holds count / batch
+        keys, counts = np.unique([ceil_to(int(x), m, L) for x in lengths], return_counts=True)
+        plans[f"ours_m{m}"] = {int(k): c / batch for k, c in zip(keys, counts)}
+
+    def tally(batches):
+        out = {}
+        for b in batches:
+            T = int(lengths[b].max())
+            out[T] = out.get(T, 0) + 1
+        return out
+
+    order = rng.permutation(len(lengths))
+    plans["hf_dynamic"] = tally(order[i * batch:(i + 1) * batch] for i in range(n))
+    mega = 50 * batch  # transformers' LengthGroupedSampler (mega-batches sorted by length, longest first)
+    grouped = np.concatenate([sorted(order[i:i + mega], key=lambda j: -lengths[j])
+                              for i in range(0, len(order), mega)])
+    plans["hf_grouped"] = tally(grouped[i * batch:(i + 1) * batch] for i in range(n))
+    return plans
+
+
+def step_time(grid_times, T: int) -> float:
+    """Median step seconds at T, linear between grid lengths (and beyond the ends)."""
+    xs = sorted(grid_times)
+    i = min(max(bisect.bisect_left(xs, T), 1), len(xs) - 1)
+    x0, x1 = xs[i - 1], xs[i]
+    y0, y1 = grid_times[x0], grid_times[x1]
+    return max(y0 + (y1 - y0) * (T - x0) / (x1 - x0), 1e-6)
+
+
+# ================================================================================================ workers
+def build_ours(spec):
+    """One training step of our classifier through the Trainer (the runner's path), on the schedule's shapes."""
+    import numpy as np
+    import tensorflow as tf
+
     from heads.classification import ClassificationHead
-    from tasks.classification import features as cls_data
     from xlnet_tf import XLNetConfig
-    from xlnet_tf.training import TrainConfig, Trainer
     from xlnet_tf.task_model import TaskModel
+    from xlnet_tf.training import TrainConfig, Trainer, loss_fn
 
-    cfg = XLNetConfig(n_token=32000, ff_activation="gelu", untie_r=True, dropout=0.1, dropatt=0.1, **config)
+    B, schedule = spec["batch"], spec["schedule"]
+    cfg = XLNetConfig(n_token=32000, ff_activation="gelu", untie_r=True, dropout=0.1, dropatt=0.1, **spec["config"])
+    rng = np.random.default_rng(0)
 
-    def dataset_fn(ctx):
-        return cls_data.make_dataset(records, batch, is_training=True, seed=seed, dynamic="left" if dynamic else None)
+    def batch(T):
+        return {"input_ids": rng.integers(10, 32000, (B, T)).astype(np.int32),
+                "segment_ids": np.zeros((B, T), np.int32), "padding_mask": np.ones((B, T), np.int32),
+                "label": rng.integers(0, 2, B).astype(np.int32)}
 
-    def model_fn():
-        m = TaskModel(cfg, ClassificationHead(cfg.d_model, 2, n_head=cfg.n_head, d_head=cfg.d_head), seed=1)
-        return m
-
-    trainer = Trainer(model_fn, dataset_fn, TrainConfig(learning_rate=2e-5, train_steps=10 ** 6, progress=False,
-                                                       seed=seed))
-    sizes = iter(dataset_fn(None))
+    sig = {k: tf.TensorSpec([B, None], tf.int32) for k in ("input_ids", "segment_ids", "padding_mask")}
+    sig["label"] = tf.TensorSpec([B], tf.int32)
+    dataset_fn = lambda ctx: tf.data.Dataset.from_generator(lambda: (batch(T) for T in schedule),
+                                                            output_signature=sig)
+    model_fn = lambda: TaskModel(cfg, ClassificationHead(cfg.d_model, 2, n_head=cfg.n_head, d_head=cfg.d_head),
+                                 seed=1)
+    trainer = Trainer(model_fn, dataset_fn, TrainConfig(learning_rate=2e-5, train_steps=10 ** 9, progress=False,
+                                                       seed=1, clip_norm=1.0))
 
     def step():
-        width = next(sizes)["input_ids"].shape  # the same seeded pipeline: the shape the trainer sees next
-        t0 = time.perf_counter()
         trainer.train(stop_at=int(trainer.step.numpy()) + 1)
-        return time.perf_counter() - t0, int(width[0] * width[1]), int(width[1])
 
-    return step
+    model, tvars = trainer.model, trainer.train_vars
+    sources, per_example = [v.value for v in tvars], loss_fn(model)
+
+    @tf.function
+    def forward(f):
+        return tf.reduce_mean(per_example(f, model(f, training=True)))
+
+    @tf.function
+    def forward_backward(f):
+        with tf.GradientTape(watch_accessed_variables=False) as tape:
+            tape.watch(sources)
+            loss = tf.reduce_mean(per_example(f, model(f, training=True)))
+        return [None if g is None else tf.convert_to_tensor(g) for g in tape.gradient(loss, sources)]
+
+    def parts(T):
+        f = {k: tf.constant(v) for k, v in batch(T).items()}
+        grads = forward_backward(f)
+        live = [v for v, g in zip(tvars, grads) if g is not None]
+        grads = [g for g in grads if g is not None]
+
+        @tf.function(jit_compile=trainer.jit == "update")
+        def update(grads):  # what the trainer's update does after the gradients: norm, clip, AdamW
+            grads, _ = tf.clip_by_global_norm(grads, 1.0)
+            trainer.optimizer.apply(grads, live)
+
+        return {"forward": lambda: forward(f).numpy(), "forward_backward": lambda: forward_backward(f)[-1].numpy(),
+                "update": lambda: (update(grads), tvars[0].numpy())}
+
+    return step, parts, trainer.jit
 
 
-def hf(config, ids, batch, grouped, seed):
+def build_hf(spec):
+    """HF ``XLNetForSequenceClassification``: what ``Trainer``'s training step does (loss, backward, clip 1.0,
+    torch AdamW, zero_grad), on the schedule's shapes."""
     import numpy as np
     import torch
     import transformers
 
-    torch.manual_seed(seed)
-    hcfg = transformers.XLNetConfig(vocab_size=32000, d_model=config["d_model"], n_layer=config["n_layer"],
-                                    n_head=config["n_head"], d_inner=config["d_inner"], ff_activation="gelu_new",
-                                    untie_r=True, dropout=0.1, num_labels=2)
+    torch.set_num_threads(os.cpu_count() or 1)
+    torch.manual_seed(1)
+    B, schedule = spec["batch"], iter(spec["schedule"])
+    c = spec["config"]
+    hcfg = transformers.XLNetConfig(vocab_size=32000, d_model=c["d_model"], n_layer=c["n_layer"], n_head=c["n_head"],
+                                    d_inner=c["d_inner"], ff_activation="gelu_new", untie_r=True, dropout=0.1,
+                                    num_labels=2)
     model = transformers.XLNetForSequenceClassification(hcfg)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=2e-5, weight_decay=0.0)
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(len(ids))
-    if grouped:  # HF's LengthGroupedSampler: mega-batches of 50 batches, each sorted by length (longest first)
-        mega = 50 * batch
-        order = np.concatenate([sorted(order[i:i + mega], key=lambda j: -len(ids[j]))
-                                for i in range(0, len(order), mega)])
-    batches = [order[i:i + batch] for i in range(0, len(order) - batch + 1, batch)]
-    rng.shuffle(batches) if grouped else None
-    it = iter(batches)
+    rng = np.random.default_rng(0)
 
-    def step():
-        rows = [ids[j] for j in next(it)]
-        n = max(len(r) for r in rows)
-        inp = np.zeros((len(rows), n), np.int64) + 5  # <pad>, left padding as XLNet's tokenizer
-        mask = np.zeros((len(rows), n), np.int64)
-        tt = np.full((len(rows), n), 4, np.int64)
-        for i, r in enumerate(rows):
-            inp[i, n - len(r):], mask[i, n - len(r):] = r, 1
-            tt[i, n - len(r):] = [0] * (len(r) - 1) + [2]
-        labels = torch.from_numpy(rng.integers(0, 2, len(rows)))
-        t0 = time.perf_counter()
-        out = model(input_ids=torch.from_numpy(inp), attention_mask=torch.from_numpy(mask),
-                    token_type_ids=torch.from_numpy(tt), labels=labels)
-        out.loss.backward()
+    def batch(T):
+        return dict(input_ids=torch.from_numpy(rng.integers(10, 32000, (B, T))),
+                    attention_mask=torch.ones(B, T, dtype=torch.long),
+                    token_type_ids=torch.zeros(B, T, dtype=torch.long),
+                    labels=torch.from_numpy(rng.integers(0, 2, B)))
+
+    def update():
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad()
-        return time.perf_counter() - t0, int(inp.size), None  # eager: no per-shape compilation
 
-    return step
+    def step():
+        model(**batch(next(schedule))).loss.backward()
+        update()
+
+    def parts(T):
+        f = batch(T)
+
+        def forward_backward():
+            model(**f).loss.backward()
+
+        def upd():
+            for p in model.parameters():
+                p.grad = torch.zeros_like(p) if p.grad is None else p.grad
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+
+        return {"forward": lambda: model(**f).loss.item(), "forward_backward": forward_backward, "update": upd}
+
+    return step, parts, None
+
+
+def worker(spec_json: str) -> None:
+    spec = json.loads(spec_json)
+    step, parts, jit = (build_ours if spec["impl"] == "ours" else build_hf)(spec)
+    print(f"{PROTO}READY " + json.dumps({"jit": jit}), flush=True)
+    for line in sys.stdin:
+        cmd = line.split()
+        if cmd[0] == "step":
+            t = time.perf_counter()
+            step()
+            print(f"{PROTO}TIME {time.perf_counter() - t!r}", flush=True)
+        elif cmd[0] == "parts":
+            out = {}
+            for name, fn in parts(int(cmd[1])).items():
+                fn()
+                times = []
+                for _ in range(int(cmd[2])):
+                    t = time.perf_counter()
+                    fn()
+                    times.append(time.perf_counter() - t)
+                out[name] = statistics.median(times)
+            print(f"{PROTO}PARTS " + json.dumps(out), flush=True)
+        elif cmd[0] == "stop":
+            break
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    print(f"{PROTO}DONE " + json.dumps({"peak_rss_mb": rss}), flush=True)
+
+
+class Worker:
+    def __init__(self, spec, log):
+        self.impl = spec["impl"]
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
+                                     bufsize=1, cwd=ROOT)
+        self.ready = json.loads(self.expect("READY"))
+
+    def expect(self, tag):
+        for line in self.proc.stdout:
+            if line.startswith(PROTO + tag + " "):
+                return line[len(PROTO) + len(tag) + 1:].strip()
+        raise RuntimeError(f"worker {self.impl} exited (rc={self.proc.wait()}); see the worker log")
+
+    def ask(self, cmd, tag):
+        self.proc.stdin.write(cmd + "\n")
+        self.proc.stdin.flush()
+        return self.expect(tag)
+
+
+def time_grid(config, batch, grid, reps, log):
+    """{impl: {T: [seconds...]}}, {impl: {T: first-step seconds}}, {impl: parts at T=16}, {impl: peak RSS}."""
+    schedule = [T for T in grid for _ in range(2)] + [T for _ in range(reps) for T in grid]
+    workers = [Worker(dict(impl=impl, config=config, batch=batch, schedule=schedule), log) for impl in ("ours", "hf")]
+    times = {w.impl: {T: [] for T in grid} for w in workers}
+    first = {w.impl: {} for w in workers}
+    for i, T in enumerate(schedule):
+        for w in (workers if i % 2 == 0 else workers[::-1]):  # interleaved, alternating who goes first
+            sec = float(w.ask("step", "TIME"))
+            if i < 2 * len(grid):
+                if i % 2 == 0:
+                    first[w.impl][T] = sec  # first step at this length: ours compiles its XLA clusters
+                continue
+            times[w.impl][T].append(sec)
+        if i >= 2 * len(grid):
+            print(f"T={T}: " + ", ".join(f"{w.impl} {times[w.impl][T][-1]:.3f}s" for w in workers
+                                          if times[w.impl][T]), flush=True)
+    parts = {w.impl: json.loads(w.ask(f"parts 16 {max(reps, 3)}", "PARTS")) for w in workers}
+    rss = {w.impl: json.loads(w.ask("stop", "DONE"))["peak_rss_mb"] for w in workers}
+    return times, first, parts, rss, workers[0].ready["jit"]
+
+
+def epoch_table(plans, times, first, L):
+    """Per sampler: batches, padded tokens, shapes met, epoch minutes (steps + ours' compilations)."""
+    med = {impl: {T: statistics.median(v) for T, v in t.items()} for impl, t in times.items()}
+    compile_s = statistics.median([max(first["ours"][T] - med["ours"][T], 0.0) for T in first["ours"]])
+    rows = {}
+    for name, plan in plans.items():
+        impl = "hf" if name.startswith("hf") else "ours"
+        steps = sum(n * step_time(med[impl], T) for T, n in plan.items())
+        compile_total = compile_s * len(plan) if impl == "ours" else 0.0
+        rows[name] = {"batches": round(sum(plan.values())), "shapes": len(plan),
+                      "padded_tokens_per_batch": round(sum(n * T for T, n in plan.items()) / sum(plan.values()), 1),
+                      "compile_s": round(compile_total, 1), "epoch_minutes": round((steps + compile_total) / 60, 1)}
+    return rows, {impl: {T: round(v, 4) for T, v in m.items()} for impl, m in med.items()}, compile_s
 
 
 def serving(config, tok, sets, reps):
@@ -172,70 +348,39 @@ def serving(config, tok, sets, reps):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--batches", type=int, default=8, help="timed batches per variant (after 2 warm-up steps)")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--reps", type=int, default=3, help="interleaved timed rounds over the grid")
+    ap.add_argument("--grid", default="4,8,16,24,32,48,64,128", help="padded lengths timed")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--max_seq_length", type=int, default=128)
-    ap.add_argument("--variants", default="ours_fixed,ours_dynamic,hf_dynamic,hf_grouped")
     ap.add_argument("--serving_reps", type=int, default=3, help="interleaved repetitions of the serving timings "
                     "(0: no serving part)")
-    ap.add_argument("--workdir", default=os.path.join(ROOT, "recipes_work", "real_lengths"))
     args = ap.parse_args(argv)
-    import torch
-
-    torch.set_num_threads(os.cpu_count() or 1)
-    from tasks.classification import features as cls_data
-    from tasks.classification.registry import get_task
+    if args.worker:
+        worker(args.worker)
+        return 0
     from xlnet_tf import XLNetTokenizer
 
     config = QUICK if args.quick else BASE
     tok = XLNetTokenizer(os.path.join(shared_dir(), "spiece", "spiece.model"))
     L, B = args.max_seq_length, args.batch
-    records, n_train = cls_data.task_features(get_task("sst-2"), os.path.join(shared_dir(), "glue", "SST-2"), "train",
-                                              tok, L, os.path.join(args.workdir, "cache"), progress=False)
-    ids = [r[: L - 2] + [4, 3] for r in sst2_ids(tok)]
-    makers = {"ours_fixed": lambda: ours(config, records, B, L, False, 1),
-              "ours_dynamic": lambda: ours(config, records, B, L, True, 1),
-              "hf_dynamic": lambda: hf(config, ids, B, False, 1), "hf_grouped": lambda: hf(config, ids, B, True, 1)}
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    steps, widths, first = {}, {v: set() for v in variants}, {v: [] for v in variants}
-    for v in variants:
-        steps[v] = makers[v]()
-        for _ in range(2):
-            steps[v]()  # warm-up: tracing, first allocations
-
-    def timed(v):
-        """The next batch of an epoch; a padded length seen for the first time compiles our small XLA clusters
-        once per run (<= max_seq_length / 8 lengths an epoch): timed apart, as a per-epoch constant."""
-        while True:
-            sec, n, width = steps[v]()
-            if width is None or width in widths[v]:
-                return sec, n
-            widths[v].add(width)
-            first[v].append(sec)
-
-    times = {v: [] for v in variants}
-    tokens = {v: [] for v in variants}
-    for _ in range(args.batches):  # interleaved rounds
-        for v in variants:
-            sec, n = timed(v)
-            times[v].append(sec)
-            tokens[v].append(n)
-    per_epoch = n_train // B
-    rows = {}
-    for v in variants:
-        med = statistics.median(times[v])
-        shapes = L // 8 if v == "ours_dynamic" else (1 if v == "ours_fixed" else 0)  # lengths one epoch meets
-        compile_s = (statistics.median(first[v]) - med) * shapes if first[v] else 0.0
-        rows[v] = {"seconds_per_batch": round(med, 4), "mean_tokens_per_batch": round(statistics.mean(tokens[v]), 1),
-                   "first_batch_of_a_length_s": [round(x, 2) for x in first[v]],
-                   "epoch_minutes": round((med * per_epoch + max(compile_s, 0.0)) / 60, 1),
-                   "batches_timed": args.batches}
-    ref = rows.get("ours_dynamic", {}).get("seconds_per_batch")
-    print(f"| variant | s / batch of {B} | padded tokens / batch | epoch (min, {per_epoch} batches) | vs ours_dynamic |")
+    lengths = [min(len(r) + 2, L) for r in sst2_ids(tok)]
+    plans = epoch_plans(lengths, B, L)
+    grid = sorted({int(x) for x in args.grid.split(",")} | {L})
+    name = f"real_lengths{'_quick' if args.quick else ''}"
+    with open(os.path.join(HERE, "results", f"{name}.log"), "w") as log:
+        times, first, parts, rss, jit = time_grid(config, B, grid, args.reps, log)
+    rows, med, compile_s = epoch_table(plans, times, first, L)
+    ref = rows["hf_grouped"]["epoch_minutes"]
+    print(f"\n| sampler | padded tokens / batch | shapes | epoch (min, {len(lengths) // B} batches of {B}) | "
+          "HF grouped / this |")
     print("|---|---:|---:|---:|---:|")
     for v, r in rows.items():
-        rel = f"{r['seconds_per_batch'] / ref:.2f}x" if ref else "-"
-        print(f"| {v} | {r['seconds_per_batch']:.3f} | {r['mean_tokens_per_batch']:.0f} | {r['epoch_minutes']} | {rel} |")
+        print(f"| {v} | {r['padded_tokens_per_batch']:.1f} | {r['shapes']} | {r['epoch_minutes']} | "
+              f"{ref / r['epoch_minutes']:.2f}x |")
+    print(f"\nstep seconds by padded length (median of {args.reps}): {json.dumps(med)}")
+    print(f"ours: compilation per new padded length {compile_s:.2f} s (median); update jit: {jit}")
+    print(f"one step at T=16 by part (s): {json.dumps(parts)}")
     serve = {}
     if args.serving_reps:
         import csv
@@ -252,12 +397,16 @@ def main(argv=None) -> int:
                         break
         serve = serving(config, tok, {"SST-2 dev, L 128": (sst, 128), "IMDB test, L 512": (reviews, 512)},
                         args.serving_reps)
-    out = {"config": config, "batch": B, "max_seq_length": L, "train_examples": n_train, "variants": rows,
+    out = {"config": config, "batch": B, "max_seq_length": L, "train_examples": len(lengths),
+           "real_tokens_per_example": round(statistics.mean(lengths), 2), "epochs": rows,
+           "step_seconds_by_length": med, "first_step_seconds_by_length": first,
+           "ours_compile_seconds_per_length": round(compile_s, 3), "ours_update_jit": jit,
+           "step_parts_seconds_T16": parts, "peak_rss_mb": rss, "reps": args.reps,
            "serving_texts_per_second": serve,
            "machine": {"cpu": cpu_model(), "cores": os.cpu_count()},
            "versions": versions(["tensorflow", "keras", "torch", "transformers"]),
            "command": "python benchmarks/real_lengths.py" + (" --quick" if args.quick else "")}
-    write_json(os.path.join(HERE, "results", f"real_lengths{'_quick' if args.quick else ''}.json"), out)
+    write_json(os.path.join(HERE, "results", f"{name}.json"), out)
     return 0
 
 
