@@ -3,7 +3,8 @@ points turn flags into a ``Plan`` and a ``TaskSpec``).
 
 Order, the same for every task: every input the run needs is read (features built or taken from the cache)
 before the first training step, so a bad dev or test file fails at once; then training (resumable), evaluation
-of the last (or every kept) checkpoint with ``eval_results.json``, predictions, the SavedModel export and the HuggingFace one.
+of the last (or every kept) checkpoint with ``eval_results.json``, predictions, the SavedModel export and the
+HuggingFace one.
 """
 
 from __future__ import annotations
