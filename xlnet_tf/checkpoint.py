@@ -88,31 +88,32 @@ def _assign(target, value: np.ndarray) -> None:
         target.assign(value.astype(target.dtype))
 
 
-def assign_from(name_map: Mapping[str, object], get: Callable[[str], Optional[np.ndarray]], source: str,
-                optional: Tuple[str, ...] = ()) -> List[str]:
-    """Assigns every variable of ``name_map`` from ``get(name)``; strict about presence and shapes.
+def assign_from(name_map: Mapping[str, object], reader, source: str, optional: Tuple[str, ...] = ()) -> List[str]:
+    """Assigns every variable of ``name_map`` from ``reader`` (``shape(name)``: the stored shape or None, known
+    without reading the data; ``get(name)``: the array). Strict: every name and shape is checked before anything
+    is assigned; then the tensors are read and assigned one at a time, so loading holds the model plus one
+    tensor, not a second copy of the checkpoint.
 
     ``optional`` names may be absent (they keep their initial value and are returned).
     """
-    problems, missing_optional, staged = [], [], []
+    problems, missing_optional, todo = [], [], []
     for name, target in name_map.items():
-        value = get(name)
+        found = reader.shape(name)
         expected = _expected_shape(target)
-        if value is None:
+        if found is None:
             if name in optional:
                 missing_optional.append(name)
             else:
                 problems.append(f"{name}: missing (expected shape {list(expected)})")
             continue
-        value = np.asarray(value)
-        if tuple(value.shape) != expected:
-            problems.append(f"{name}: expected shape {list(expected)}, found {list(value.shape)}")
+        if tuple(found) != expected:
+            problems.append(f"{name}: expected shape {list(expected)}, found {list(found)}")
             continue
-        staged.append((target, value))
+        todo.append((name, target))
     if problems:
         raise CheckpointError(f"{source}: checkpoint does not match the model config:\n  " + "\n  ".join(problems))
-    for target, value in staged:
-        _assign(target, value)
+    for name, target in todo:
+        _assign(target, np.asarray(reader.get(name)))
     return missing_optional
 
 
@@ -167,6 +168,9 @@ class TFCheckpointReader:
     def names(self) -> List[str]:
         return sorted(self.shapes)
 
+    def shape(self, name: str) -> Optional[Tuple[int, ...]]:
+        return tuple(self.shapes[name]) if name in self.shapes else None
+
     def get(self, name: str) -> Optional[np.ndarray]:
         if name in self.shapes:
             return self.reader.get_tensor(name)
@@ -219,34 +223,36 @@ def _hf_key(key: str) -> str:
 
 
 class _SafetensorsFile:
-    """Tensors of one safetensors file by name, memory-mapped (``safetensors``' NumPy API): each read copies one
-    tensor out of the mapping, so loading never holds the whole file in memory twice. bfloat16 is widened to
-    float32 (through ``ml_dtypes``, which TensorFlow depends on)."""
+    """One safetensors file through the ``safetensors`` package's NumPy API: the header (names, shapes) is read
+    once; each tensor is copied out of a memory mapping that is closed right after, so the mapped pages do not
+    stay resident while the rest loads. bfloat16 is widened to float32 (``ml_dtypes``, a TensorFlow dependency)."""
 
     def __init__(self, path: str):
+        self.path = path
+        with self._open() as f:
+            self.shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+
+    def _open(self):
         from safetensors import SafetensorError, safe_open
 
         try:
-            self._file = safe_open(path, framework="np")
+            return safe_open(self.path, framework="np")
         except (SafetensorError, OSError, ValueError) as e:
-            raise CheckpointError(f"{path}: not a safetensors file ({e})") from None
-        self.path = path
-
-    def keys(self) -> List[str]:
-        return list(self._file.keys())
+            raise CheckpointError(f"{self.path}: not a safetensors file ({e})") from None
 
     def get(self, key: str) -> np.ndarray:
-        if self._file.get_slice(key).get_dtype() == "BF16":
-            import ml_dtypes  # noqa: F401  (registers numpy's bfloat16)
+        with self._open() as f:
+            if f.get_slice(key).get_dtype() == "BF16":
+                import ml_dtypes  # noqa: F401  (registers numpy's bfloat16)
 
-            return self._file.get_tensor(key).astype(np.float32)
-        return self._file.get_tensor(key)
+                return f.get_tensor(key).astype(np.float32)
+            return f.get_tensor(key)
 
 
 def read_safetensors(path: str) -> Dict[str, np.ndarray]:
     """Every tensor of a safetensors file (bfloat16 as float32)."""
     f = _SafetensorsFile(path)
-    return {k: f.get(k) for k in f.keys()}
+    return {k: f.get(k) for k in f.shapes}
 
 
 def write_safetensors(path: str, tensors: Mapping[str, np.ndarray]) -> None:
@@ -306,9 +312,9 @@ def read_torch_bin(path: str) -> Dict[str, np.ndarray]:
         return _TorchUnpickler(io.BytesIO(zf.read(pkl[0])), zf, root).load()
 
 
-def _hf_sources(directory: str) -> Dict[str, Callable[[], np.ndarray]]:
-    """Key -> a reader of that tensor, for every tensor of a HuggingFace directory (safetensors preferred, read
-    one tensor at a time from the memory-mapped file; sharded indexes supported)."""
+def _hf_sources(directory: str) -> Dict[str, Tuple[Tuple[int, ...], Callable[[], np.ndarray]]]:
+    """Key -> (shape, a reader of that tensor) for every tensor of a HuggingFace directory (safetensors preferred,
+    read one tensor at a time; sharded indexes supported)."""
     files = None
     for index_name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
         index = os.path.join(directory, index_name)
@@ -321,13 +327,13 @@ def _hf_sources(directory: str) -> Dict[str, Callable[[], np.ndarray]]:
                  if os.path.isfile(p)][:1]
     if not files:
         raise CheckpointError(f"{directory}: no {HF_WEIGHTS} or pytorch_model.bin")
-    sources: Dict[str, Callable[[], np.ndarray]] = {}
+    sources: Dict[str, Tuple[Tuple[int, ...], Callable[[], np.ndarray]]] = {}
     for path in files:
         if path.endswith(".safetensors"):
             st = _SafetensorsFile(path)
-            sources.update({k: (lambda k=k, st=st: st.get(k)) for k in st.keys()})
+            sources.update({k: (shape, lambda k=k, st=st: st.get(k)) for k, shape in st.shapes.items()})
         else:
-            sources.update({k: (lambda v=v: v) for k, v in read_torch_bin(path).items()})
+            sources.update({k: (v.shape, lambda v=v: v) for k, v in read_torch_bin(path).items()})
     return sources
 
 
@@ -341,30 +347,53 @@ class HFReader:
         self.keys = _hf_key_map(config)
         self.directory = directory
 
-    def get(self, name: str) -> Optional[np.ndarray]:
+    def _keys(self, name: str) -> Optional[Tuple[str, ...]]:
         keys = self.keys.get(name)
-        if keys is None or any(k not in self.sources for k in keys):
+        return None if keys is None or any(k not in self.sources for k in keys) else keys
+
+    def shape(self, name: str) -> Optional[Tuple[int, ...]]:
+        keys = self._keys(name)
+        if keys is None:
             return None
         stacked, transposed = _hf_layout(name)
-        arr = np.stack([self.sources[k]() for k in keys]) if stacked else self.sources[keys[0]]()
+        shapes = sorted({tuple(self.sources[k][0]) for k in keys})
+        if len(shapes) > 1:
+            raise CheckpointError(f"{self.directory}: {name}: its per-layer tensors differ in shape ({shapes})")
+        shape = ((len(keys),) if stacked else ()) + shapes[0]
+        return shape[::-1] if transposed else shape
+
+    def get(self, name: str) -> Optional[np.ndarray]:
+        keys = self._keys(name)
+        if keys is None:
+            return None
+        stacked, transposed = _hf_layout(name)
+        arr = np.stack([self.sources[k][1]() for k in keys]) if stacked else self.sources[keys[0]][1]()
         return arr.T if transposed else arr
 
 
-def _untied_view(get, config: XLNetConfig):
-    """With ``untie_r=False`` the model has shared [n_head, d_head] biases; accept per-layer copies if equal."""
-    if config.untie_r:
-        return get
+class _SharedBiases:
+    """A reader seen by a model with ``untie_r=False`` (shared [n_head, d_head] biases): per-layer copies are
+    accepted when all layers are equal (checked with the shapes, before anything is assigned)."""
 
-    def wrapped(name):
-        val = get(name)
-        if val is not None and name.split("/")[-1] in ("r_w_bias", "r_r_bias", "r_s_bias") and val.ndim == 3:
-            if not all(np.array_equal(val[0], v) for v in val):
-                raise CheckpointError(f"{name}: the checkpoint has per-layer (untied) values but the config "
-                                      f"says untie_r=false")
-            return val[0]
-        return val
+    def __init__(self, reader):
+        self.reader = reader
 
-    return wrapped
+    def _per_layer(self, name: str) -> bool:
+        shape = self.reader.shape(name)
+        return name.split("/")[-1] in ("r_w_bias", "r_r_bias", "r_s_bias") and shape is not None and len(shape) == 3
+
+    def shape(self, name: str) -> Optional[Tuple[int, ...]]:
+        if not self._per_layer(name):
+            return self.reader.shape(name)
+        val = self.reader.get(name)
+        if not all(np.array_equal(val[0], v) for v in val):
+            raise CheckpointError(f"{name}: the checkpoint has per-layer (untied) values but the config "
+                                  f"says untie_r=false")
+        return tuple(val.shape[1:])
+
+    def get(self, name: str) -> Optional[np.ndarray]:
+        val = self.reader.get(name)
+        return val[0] if self._per_layer(name) else val
 
 
 # ---------------------------------------------------------------------------------------------- entry points
@@ -413,7 +442,7 @@ def load_backbone_weights(model, path: str, fmt: Optional[str] = None) -> object
     fmt = fmt or detect_format(path)
     reader = reader_for(path, fmt, model.config)
     # The LM bias only exists in pretraining checkpoints (and HF's LM-head model): optional.
-    assign_from(backbone_name_map(model), _untied_view(reader.get, model.config), source=path,
+    assign_from(backbone_name_map(model), reader if model.config.untie_r else _SharedBiases(reader), source=path,
                 optional=("model/lm_loss/bias",))
     return reader
 
