@@ -248,7 +248,8 @@ def test_heads_huggingface_lacks_are_refused_in_one_line(head, named):
 # ---------------------------------------------------------------------------------------------- a run's export
 def test_run_classifier_export_huggingface_gives_the_runs_predictions(glue, tokenizer, tmp_path):  # noqa: F811
     """A tiny SST-2 run (4 steps) writes its model for transformers with --export_huggingface; HF's logits on the
-    run's dev rows equal those of the run's checkpoint. A head HF lacks is refused before any work."""
+    run's dev rows equal those of the run's checkpoint; an export-only rerun on the finished run writes the same
+    weights. A head HF lacks is refused before any work."""
     from tasks.classification.features import encode_texts, feature_spec
     from xlnet_tf.finetune import FineTuner
 
@@ -266,6 +267,15 @@ def test_run_classifier_export_huggingface_gives_the_runs_predictions(glue, toke
         ref = hf_load("XLNetForSequenceClassification", export)(**torch_inputs(features)).logits.numpy()
     assert rel(ours, ref) <= TOL
     np.testing.assert_array_equal(np.argmax(ours, -1), np.argmax(ref, -1))
+
+    # later, on the finished run (export only): the same model
+    later = tmp_path / "hf_later"
+    cli("run_classifier.py", [a for a in clf_args(glue, "SST-2", run, f"--export_huggingface={later}")
+                              if a not in ("--do_train", "--do_eval")], check=0)
+    first, second = (read_safetensors(str(d / "model.safetensors")) for d in (export, later))
+    assert sorted(first) == sorted(second)
+    for k in first:
+        np.testing.assert_array_equal(first[k], second[k])
 
     refused = tmp_path / "refused"
     line = error_line(cli("run_classifier.py", clf_args(glue, "SST-2", refused, "--head_hidden_sizes=8",
