@@ -186,7 +186,8 @@ def main(_):
                          work_dirs=[paths["model_dir"]])
     spec = FeatureRun(texts, tokenizer, config, F.max_seq_length, layers, F.pooling,
                       F.predict_batch_size or F.eval_batch_size, F.output_file, memory=memory)
-    plan = runner.Plan(output_dir=paths["output_dir"], model_dir=paths["model_dir"], do_predict=True)
+    plan = runner.Plan(output_dir=paths["output_dir"], model_dir=paths["model_dir"], do_predict=True,
+                       export_huggingface=F.export_huggingface)  # (refused: HuggingFace has no features head)
     run_common.run_task(F, spec, plan, config, strategy)
 
 

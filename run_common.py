@@ -38,6 +38,9 @@ def define_common_flags(default_seq_len: int = 128, default_lr: float = 2e-5) ->
     flags.DEFINE_string("model_dir", None, "Training checkpoints and TensorBoard (default OUTPUT_DIR/model).")
     flags.DEFINE_string("cache_dir", None, "TFRecord cache (default OUTPUT_DIR/data).")
     flags.DEFINE_string("export_dir", None, "Write a SavedModel serving raw text here.")
+    flags.DEFINE_string("export_huggingface", None, "Write the fine-tuned model here for transformers (PyTorch): "
+                        "config.json + model.safetensors of XLNetForSequenceClassification / ForMultipleChoice / "
+                        "ForQuestionAnswering (a head HuggingFace lacks is refused before any work).")
     flags.DEFINE_enum("export_precision", "float32", list(EXPORT_PRECISIONS),
                       "Compute precision of the exported graph: float32, or bfloat16/float16 (the Keras "
                       "mixed_* policy: float32 variables, 16-bit compute; the signatures' outputs stay float32). "
@@ -252,7 +255,8 @@ def start_run(F, run_dir: str, script: str, task: str, config, tokenizer, traini
                                  else getattr(F, k)) for k in TRAINING_FLAGS if hasattr(F, k)}}
     if train_sources is not None:
         manifest["train_data"] = {os.path.abspath(p): content_hash(p) for p in train_sources}
-    temp_dirs = [os.path.dirname(os.path.abspath(F.export_dir))] if getattr(F, "export_dir", None) else []
+    temp_dirs = [os.path.dirname(os.path.abspath(d)) for d in (getattr(F, "export_dir", None),
+                                                               getattr(F, "export_huggingface", None)) if d]
     guard = RunGuard(run_dir, manifest, training=training, overwrite=F.overwrite_output_dir,
                      work_dirs=work_dirs, temp_dirs=temp_dirs)
     guard.__enter__()
@@ -273,6 +277,7 @@ def plan(F, do_eval: Optional[bool] = None, do_predict: Optional[bool] = None, r
                         do_eval=F.do_eval if do_eval is None else do_eval,
                         do_predict=F.do_predict if do_predict is None else do_predict,
                         export_dir=F.export_dir, export_precision=EXPORT_PRECISIONS[F.export_precision],
+                        export_huggingface=F.export_huggingface,
                         eval_all_checkpoints=F.eval_all_ckpt,
                         train_batch_size=F.train_batch_size, results_dir=results_dir)
     plan_.check()

@@ -13,9 +13,10 @@ from __future__ import annotations
 from typing import Dict, Sequence
 
 import keras
+import numpy as np
 import tensorflow as tf
 
-from xlnet_tf.head import Head
+from xlnet_tf.head import Head, hf_linear
 from heads.summary import SequenceSummary
 
 
@@ -78,6 +79,19 @@ class ClassificationHead(Head):
             scope = f"model/{'regression' if self.regression else 'classification'}_{self.task_name}/logit"
             names.update({"logit/kernel": f"{scope}/kernel", "logit/bias": f"{scope}/bias"})
         return names
+
+    def huggingface_config(self) -> Dict[str, object]:
+        """``XLNetForSequenceClassification``: summary -> ``logits_proj`` (regression: one label)."""
+        if self.hidden_sizes:
+            raise ValueError(f"head_hidden_sizes={list(self.hidden_sizes)}: HuggingFace's "
+                             f"XLNetForSequenceClassification has no hidden layers between the summary and the logits")
+        labels = [f"LABEL_{i}" for i in range(self.num_labels)]
+        return dict(self.summary.huggingface_config(), architectures=["XLNetForSequenceClassification"],
+                    id2label={str(i): n for i, n in enumerate(labels)}, label2id={n: i for i, n in enumerate(labels)},
+                    problem_type="regression" if self.regression else "single_label_classification")
+
+    def huggingface_tensors(self) -> Dict[str, np.ndarray]:
+        return dict(self.summary.huggingface_tensors(), **hf_linear("logits_proj", self.logit))
 
     def get_config(self):
         config = super().get_config()

@@ -13,9 +13,10 @@ from __future__ import annotations
 from typing import Dict, Optional
 
 import keras
+import numpy as np
 import tensorflow as tf
 
-from xlnet_tf.head import Head
+from xlnet_tf.head import Head, hf_linear
 from heads.summary import SequenceSummary
 
 
@@ -61,6 +62,13 @@ class MultipleChoiceHead(Head):
         names = {f"sequence_summary/{k}": v for k, v in self.summary.original_names().items()}
         names.update({"logits/kernel": "logits/dense/kernel", "logits/bias": "logits/dense/bias"})
         return names
+
+    def huggingface_config(self) -> Dict[str, object]:
+        """``XLNetForMultipleChoice``: summary -> ``logits_proj`` (one score per option)."""
+        return dict(self.summary.huggingface_config(), architectures=["XLNetForMultipleChoice"])
+
+    def huggingface_tensors(self) -> Dict[str, np.ndarray]:
+        return dict(self.summary.huggingface_tensors(), **hf_linear("logits_proj", self.logits_dense))
 
     def get_config(self):
         config = super().get_config()

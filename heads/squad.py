@@ -20,9 +20,10 @@ from __future__ import annotations
 from typing import Dict, Sequence
 
 import keras
+import numpy as np
 import tensorflow as tf
 
-from xlnet_tf.head import Head
+from xlnet_tf.head import Head, hf_layer_norm, hf_linear
 from xlnet_tf.masks import mask_logits
 
 
@@ -194,6 +195,21 @@ class SquadHead(Head):
                            ("answer_class_dense_0", "answer_class/dense_0")):
             names.update({f"{ours}/kernel": f"{orig}/kernel", f"{ours}/bias": f"{orig}/bias"})
         return names
+
+    def huggingface_config(self) -> Dict[str, object]:
+        """``XLNetForQuestionAnswering`` (the same beam: start_n_top starts, end_n_top ends for each)."""
+        if not self.original:
+            raise ValueError(f"hidden_sizes={list(self.hidden_sizes)}, answer_class_hidden_sizes="
+                             f"{list(self.answer_class_hidden_sizes)}: HuggingFace's XLNetForQuestionAnswering has "
+                             f"the original head only (no hidden layers)")
+        return {"architectures": ["XLNetForQuestionAnswering"], "start_n_top": self.start_n_top,
+                "end_n_top": self.end_n_top, "layer_norm_eps": self.layer_norm_eps}
+
+    def huggingface_tensors(self) -> Dict[str, np.ndarray]:
+        (end_dense, end_ln), = self.end_mlp
+        return {**hf_linear("start_logits.dense", self.start_out), **hf_linear("end_logits.dense_0", end_dense),
+                **hf_layer_norm("end_logits.LayerNorm", end_ln), **hf_linear("end_logits.dense_1", self.end_out),
+                **hf_linear("answer_class.dense_0", self.ans_mlp[0]), **hf_linear("answer_class.dense_1", self.ans_out)}
 
     def get_config(self):
         config = super().get_config()

@@ -18,12 +18,18 @@ from __future__ import annotations
 from typing import Dict, Optional
 
 import keras
+import numpy as np
 import tensorflow as tf
 
+from xlnet_tf.head import hf_linear
 from xlnet_tf.masks import mask_logits
 
 SUMMARY_TYPES = ("last", "first", "mean", "attn")
 ORIGINAL_SCOPE = "model/sequnece_summary"  # the original's spelling
+# Why HuggingFace's XLNetSequenceSummary cannot compute a summary type of ours (None: it can).
+HF_SUMMARY_TYPES = {"last": None, "first": None,
+                    "mean": "HuggingFace's 'mean' averages the padding too, ours the real tokens only",
+                    "attn": "HuggingFace's XLNet sequence summary has no attention summary"}
 
 
 class SequenceSummary(keras.layers.Layer):
@@ -108,6 +114,17 @@ class SequenceSummary(keras.layers.Layer):
             names.update({"LayerNorm/gamma": f"{scope}/abs_attn/LayerNorm/gamma",
                           "LayerNorm/beta": f"{scope}/abs_attn/LayerNorm/beta"})
         return names
+
+    def huggingface_config(self) -> Dict[str, object]:
+        """transformers' ``XLNetSequenceSummary`` fields computing this summary (ValueError where it has none)."""
+        if HF_SUMMARY_TYPES[self.summary_type]:
+            raise ValueError(f"summary_type={self.summary_type!r}: {HF_SUMMARY_TYPES[self.summary_type]}")
+        return {"summary_type": self.summary_type, "summary_use_proj": self.use_proj,
+                "summary_proj_to_labels": False, "summary_activation": "tanh" if self.use_proj else None,
+                "summary_first_dropout": 0.0, "summary_last_dropout": self.dropout_rate}
+
+    def huggingface_tensors(self, prefix: str = "sequence_summary") -> Dict[str, np.ndarray]:
+        return hf_linear(f"{prefix}.summary", self.proj) if self.proj is not None else {}
 
     def get_config(self):
         config = super().get_config()

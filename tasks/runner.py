@@ -3,7 +3,8 @@ points turn flags into a ``Plan`` and a ``TaskSpec``).
 
 Order, the same for every task: every input the run needs is read (features built or taken from the cache)
 before the first training step, so a bad dev or test file fails at once; then training (resumable), evaluation
-of the last (or every kept) checkpoint with ``eval_results.json``, predictions, and the SavedModel export.
+of the last (or every kept) checkpoint with ``eval_results.json``, predictions, the SavedModel export and the
+HuggingFace one.
 """
 
 from __future__ import annotations
@@ -29,13 +30,15 @@ class Plan:
     do_predict: bool = False
     export_dir: Optional[str] = None
     export_precision: str = "float32"  # the Keras policy the export computes in (FineTuner.model_for_inference)
+    export_huggingface: Optional[str] = None  # transformers' model with the same head (config.json + safetensors)
     eval_all_checkpoints: bool = False
     train_batch_size: int = 32
     results_dir: Optional[str] = None
 
     def check(self) -> None:
-        if not (self.do_train or self.do_eval or self.do_predict or self.export_dir):
-            raise ValueError("nothing to do: pass --do_train, --do_eval, --do_predict and/or --export_dir")
+        if not (self.do_train or self.do_eval or self.do_predict or self.export_dir or self.export_huggingface):
+            raise ValueError("nothing to do: pass --do_train, --do_eval, --do_predict, --export_dir and/or "
+                             "--export_huggingface")
 
 
 class TaskSpec:
@@ -124,6 +127,11 @@ def run(task: TaskSpec, plan: Plan, config, train_config, strategy=None, init_ch
     ft = finetune.FineTuner(config=config, head_fn=task.head, feature_spec=task.feature_spec(), strategy=strategy,
                             init_checkpoint=init_checkpoint, seed=seed)
     task.finetuner = ft
+    if plan.export_huggingface:  # a head HuggingFace lacks is refused before any work
+        try:
+            task.head().huggingface_config()
+        except ValueError as e:
+            raise ValueError(f"--export_huggingface: {e}") from None
     splits = [s for s, wanted in (("train", plan.do_train), ("eval", plan.do_eval), ("predict", plan.do_predict))
               if wanted]
     task.prepare(splits)
@@ -151,3 +159,6 @@ def run(task: TaskSpec, plan: Plan, config, train_config, strategy=None, init_ch
         log.info("predictions: %s", path)
     if plan.export_dir:
         task.export(ft.model_for_inference(plan.model_dir, precision=plan.export_precision), plan.export_dir)
+    if plan.export_huggingface:
+        ft.model_for_inference(plan.model_dir).save_pretrained(plan.export_huggingface, format="huggingface")
+        log.info("HuggingFace model: %s", plan.export_huggingface)

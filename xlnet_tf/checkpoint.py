@@ -5,7 +5,9 @@ One name map drives everything: every backbone weight has its ORIGINAL checkpoin
 [n_layer, n_head, d_head] as released). HuggingFace keys are translated to those names, and our own format IS
 an original-named TF checkpoint (``xlnet_model.ckpt``) next to ``xlnet_tf_config.json`` (all config fields) and
 ``xlnet_config.json`` (the original's keys), so a model we save is also loadable by the original code and by
-HuggingFace's converter.
+HuggingFace's converter. The same map, read the other way, writes HuggingFace directories (``config.json`` +
+``model.safetensors``, ``save_pretrained(..., format="huggingface")``); safetensors are read memory-mapped and
+written through the ``safetensors`` package.
 
 Loading is strict: a missing backbone weight or a shape mismatch raises an error naming the variable, the
 expected and the found shape; no backbone weight is ever left at its random initial value.
@@ -13,12 +15,12 @@ expected and the found shape; no backbone weight is ever left at its random init
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import io
 import json
 import os
 import pickle
-import struct
 import zipfile
 from collections import OrderedDict
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
@@ -26,7 +28,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 
 from xlnet_tf.config import XLNetConfig
-from xlnet_tf.fileutil import atomic_directory
+from xlnet_tf.fileutil import atomic_directory, write_json
 
 PREFIX = "model/transformer/"
 OWN_CONFIG = "xlnet_tf_config.json"
@@ -86,31 +88,32 @@ def _assign(target, value: np.ndarray) -> None:
         target.assign(value.astype(target.dtype))
 
 
-def assign_from(name_map: Mapping[str, object], get: Callable[[str], Optional[np.ndarray]], source: str,
-                optional: Tuple[str, ...] = ()) -> List[str]:
-    """Assigns every variable of ``name_map`` from ``get(name)``; strict about presence and shapes.
+def assign_from(name_map: Mapping[str, object], reader, source: str, optional: Tuple[str, ...] = ()) -> List[str]:
+    """Assigns every variable of ``name_map`` from ``reader`` (``shape(name)``: the stored shape or None, known
+    without reading the data; ``get(name)``: the array). Strict: every name and shape is checked before anything
+    is assigned; then the tensors are read and assigned one at a time, so loading holds the model plus one
+    tensor, not a second copy of the checkpoint.
 
     ``optional`` names may be absent (they keep their initial value and are returned).
     """
-    problems, missing_optional, staged = [], [], []
+    problems, missing_optional, todo = [], [], []
     for name, target in name_map.items():
-        value = get(name)
+        found = reader.shape(name)
         expected = _expected_shape(target)
-        if value is None:
+        if found is None:
             if name in optional:
                 missing_optional.append(name)
             else:
                 problems.append(f"{name}: missing (expected shape {list(expected)})")
             continue
-        value = np.asarray(value)
-        if tuple(value.shape) != expected:
-            problems.append(f"{name}: expected shape {list(expected)}, found {list(value.shape)}")
+        if tuple(found) != expected:
+            problems.append(f"{name}: expected shape {list(expected)}, found {list(found)}")
             continue
-        staged.append((target, value))
+        todo.append((name, target))
     if problems:
         raise CheckpointError(f"{source}: checkpoint does not match the model config:\n  " + "\n  ".join(problems))
-    for target, value in staged:
-        _assign(target, value)
+    for name, target in todo:
+        _assign(target, np.asarray(reader.get(name)))
     return missing_optional
 
 
@@ -165,6 +168,9 @@ class TFCheckpointReader:
     def names(self) -> List[str]:
         return sorted(self.shapes)
 
+    def shape(self, name: str) -> Optional[Tuple[int, ...]]:
+        return tuple(self.shapes[name]) if name in self.shapes else None
+
     def get(self, name: str) -> Optional[np.ndarray]:
         if name in self.shapes:
             return self.reader.get_tensor(name)
@@ -172,15 +178,24 @@ class TFCheckpointReader:
 
 
 # ---------------------------------------------------------------------------------------------- HuggingFace
+HF_CONFIG = "config.json"
+HF_WEIGHTS = "model.safetensors"
+# Per-layer weights HF keeps one tensor per layer and the original stacks along axis 0.
+_HF_STACKED = ("r_w_bias", "r_r_bias", "r_s_bias", "seg_embed")
+# Our activation names -> HF's ACT2FN names of the same function: our "gelu" (tanh form) is HF's "gelu_new"; the
+# erf form is written "gelu_python" (erf too), since HF's "gelu" in a config is read as the tanh form (config.py).
+_HF_ACTIVATIONS = {"gelu": "gelu_new", "gelu_exact": "gelu_python", "relu": "relu"}
+
+
 def _hf_key_map(config: XLNetConfig) -> Dict[str, Tuple[str, ...]]:
-    """Original name -> HF key(s) (a tuple of per-layer keys for the stacked biases) and transpose flags."""
+    """Original name -> HF key(s) under ``transformer.`` (a tuple of per-layer keys for the stacked weights)."""
     m: Dict[str, Tuple[str, ...]] = {
         PREFIX + "word_embedding/lookup_table": ("word_embedding.weight",),
         PREFIX + "mask_emb/mask_emb": ("mask_emb",),
         "model/lm_loss/bias": ("lm_loss.bias",),
     }
     L = config.n_layer
-    for bias in ("r_w_bias", "r_r_bias", "r_s_bias", "seg_embed"):
+    for bias in _HF_STACKED:
         m[PREFIX + bias] = tuple(f"layer.{i}.rel_attn.{bias}" for i in range(L))
     for i in range(L):
         p, h = f"{PREFIX}layer_{i}/", f"layer.{i}."
@@ -197,32 +212,54 @@ def _hf_key_map(config: XLNetConfig) -> Dict[str, Tuple[str, ...]]:
     return m
 
 
+def _hf_layout(name: str) -> Tuple[bool, bool]:
+    """(stacked over layers, transposed) of an original name's HF tensor(s): the one rule both ways."""
+    return name.split("/")[-1] in _HF_STACKED, "/ff/layer_" in name and name.endswith("/kernel")
+
+
+def _hf_key(key: str) -> str:
+    """The full HF key of a backbone key: under ``transformer.`` except the LM head's bias."""
+    return key if key.startswith("lm_loss.") else "transformer." + key
+
+
+class _SafetensorsFile:
+    """One safetensors file through the ``safetensors`` package's NumPy API: the header (names, shapes) is read
+    once; each tensor is copied out of a memory mapping that is closed right after, so the mapped pages do not
+    stay resident while the rest loads. bfloat16 is widened to float32 (``ml_dtypes``, a TensorFlow dependency)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        with self._open() as f:
+            self.shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+
+    def _open(self):
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            return safe_open(self.path, framework="np")
+        except (SafetensorError, OSError, ValueError) as e:
+            raise CheckpointError(f"{self.path}: not a safetensors file ({e})") from None
+
+    def get(self, key: str) -> np.ndarray:
+        with self._open() as f:
+            if f.get_slice(key).get_dtype() == "BF16":
+                import ml_dtypes  # noqa: F401  (registers numpy's bfloat16)
+
+                return f.get_tensor(key).astype(np.float32)
+            return f.get_tensor(key)
+
+
 def read_safetensors(path: str) -> Dict[str, np.ndarray]:
-    """A minimal safetensors reader (no dependency): 8-byte header size, json header, raw little-endian data."""
-    dtypes = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64, "I32": np.int32,
-              "BF16": None}
-    with open(path, "rb") as f:
-        data = f.read()
-    try:
-        (n,) = struct.unpack("<Q", data[:8])
-        header = json.loads(data[8:8 + n])
-    except Exception as e:  # noqa: BLE001
-        raise CheckpointError(f"{path}: not a safetensors file ({e})") from None
-    base = 8 + n
-    out = {}
-    for key, meta in header.items():
-        if key == "__metadata__":
-            continue
-        start, end = meta["data_offsets"]
-        raw = data[base + start: base + end]
-        if meta["dtype"] == "BF16":
-            arr = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
-        elif meta["dtype"] in dtypes:
-            arr = np.frombuffer(raw, dtype=np.dtype(dtypes[meta["dtype"]]).newbyteorder("<"))
-        else:
-            raise CheckpointError(f"{path}: tensor {key!r} has unsupported dtype {meta['dtype']}")
-        out[key] = arr.reshape(meta["shape"]).copy()
-    return out
+    """Every tensor of a safetensors file (bfloat16 as float32)."""
+    f = _SafetensorsFile(path)
+    return {k: f.get(k) for k in f.shapes}
+
+
+def write_safetensors(path: str, tensors: Mapping[str, np.ndarray]) -> None:
+    """Writes ``tensors`` with the ``safetensors`` package, marked as PyTorch weights (what transformers expects)."""
+    from safetensors.numpy import save_file
+
+    save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, path, metadata={"format": "pt"})
 
 
 class _TorchUnpickler(pickle.Unpickler):
@@ -275,64 +312,88 @@ def read_torch_bin(path: str) -> Dict[str, np.ndarray]:
         return _TorchUnpickler(io.BytesIO(zf.read(pkl[0])), zf, root).load()
 
 
-def read_hf_weights(directory: str) -> Dict[str, np.ndarray]:
-    """All tensors of a HuggingFace directory (safetensors preferred; sharded indexes supported)."""
-    for index_name, reader in (("model.safetensors.index.json", read_safetensors),
-                               ("pytorch_model.bin.index.json", read_torch_bin)):
+def _hf_sources(directory: str) -> Dict[str, Tuple[Tuple[int, ...], Callable[[], np.ndarray]]]:
+    """Key -> (shape, a reader of that tensor) for every tensor of a HuggingFace directory (safetensors preferred,
+    read one tensor at a time; sharded indexes supported)."""
+    files = None
+    for index_name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
         index = os.path.join(directory, index_name)
         if os.path.isfile(index):
             with open(index) as f:
-                files = sorted(set(json.load(f)["weight_map"].values()))
-            out = {}
-            for fn in files:
-                out.update(reader(os.path.join(directory, fn)))
-            return out
-    st = os.path.join(directory, "model.safetensors")
-    if os.path.isfile(st):
-        return read_safetensors(st)
-    pt = os.path.join(directory, "pytorch_model.bin")
-    if os.path.isfile(pt):
-        return read_torch_bin(pt)
-    raise CheckpointError(f"{directory}: no model.safetensors or pytorch_model.bin")
+                files = [os.path.join(directory, fn) for fn in sorted(set(json.load(f)["weight_map"].values()))]
+            break
+    if files is None:
+        files = [p for p in (os.path.join(directory, n) for n in (HF_WEIGHTS, "pytorch_model.bin"))
+                 if os.path.isfile(p)][:1]
+    if not files:
+        raise CheckpointError(f"{directory}: no {HF_WEIGHTS} or pytorch_model.bin")
+    sources: Dict[str, Tuple[Tuple[int, ...], Callable[[], np.ndarray]]] = {}
+    for path in files:
+        if path.endswith(".safetensors"):
+            st = _SafetensorsFile(path)
+            sources.update({k: (shape, lambda k=k, st=st: st.get(k)) for k, shape in st.shapes.items()})
+        else:
+            sources.update({k: (v.shape, lambda v=v: v) for k, v in read_torch_bin(path).items()})
+    return sources
 
 
 class HFReader:
-    """Serves HF tensors under original names (prefix 'transformer.' optional; Linear kernels transposed)."""
+    """Serves HF tensors under original names (prefix 'transformer.' optional; Linear kernels transposed), each
+    read when asked for."""
 
     def __init__(self, directory: str, config: XLNetConfig):
-        raw = read_hf_weights(directory)
-        self.tensors = {(k[len("transformer."):] if k.startswith("transformer.") else k): v for k, v in raw.items()}
+        prefix = "transformer."
+        self.sources = {(k[len(prefix):] if k.startswith(prefix) else k): f for k, f in _hf_sources(directory).items()}
         self.keys = _hf_key_map(config)
         self.directory = directory
 
-    def get(self, name: str) -> Optional[np.ndarray]:
+    def _keys(self, name: str) -> Optional[Tuple[str, ...]]:
         keys = self.keys.get(name)
-        if keys is None or any(k not in self.tensors for k in keys):
+        return None if keys is None or any(k not in self.sources for k in keys) else keys
+
+    def shape(self, name: str) -> Optional[Tuple[int, ...]]:
+        keys = self._keys(name)
+        if keys is None:
             return None
-        if len(keys) > 1 or name.endswith(("r_w_bias", "r_r_bias", "r_s_bias", "seg_embed")):
-            arr = np.stack([self.tensors[k] for k in keys])
-        else:
-            arr = self.tensors[keys[0]]
-        if "/ff/layer_" in name and name.endswith("/kernel"):
-            arr = arr.T
-        return arr
+        stacked, transposed = _hf_layout(name)
+        shapes = sorted({tuple(self.sources[k][0]) for k in keys})
+        if len(shapes) > 1:
+            raise CheckpointError(f"{self.directory}: {name}: its per-layer tensors differ in shape ({shapes})")
+        shape = ((len(keys),) if stacked else ()) + shapes[0]
+        return shape[::-1] if transposed else shape
+
+    def get(self, name: str) -> Optional[np.ndarray]:
+        keys = self._keys(name)
+        if keys is None:
+            return None
+        stacked, transposed = _hf_layout(name)
+        arr = np.stack([self.sources[k][1]() for k in keys]) if stacked else self.sources[keys[0]][1]()
+        return arr.T if transposed else arr
 
 
-def _untied_view(get, config: XLNetConfig):
-    """With ``untie_r=False`` the model has shared [n_head, d_head] biases; accept per-layer copies if equal."""
-    if config.untie_r:
-        return get
+class _SharedBiases:
+    """A reader seen by a model with ``untie_r=False`` (shared [n_head, d_head] biases): per-layer copies are
+    accepted when all layers are equal (checked with the shapes, before anything is assigned)."""
 
-    def wrapped(name):
-        val = get(name)
-        if val is not None and name.split("/")[-1] in ("r_w_bias", "r_r_bias", "r_s_bias") and val.ndim == 3:
-            if not all(np.array_equal(val[0], v) for v in val):
-                raise CheckpointError(f"{name}: the checkpoint has per-layer (untied) values but the config "
-                                      f"says untie_r=false")
-            return val[0]
-        return val
+    def __init__(self, reader):
+        self.reader = reader
 
-    return wrapped
+    def _per_layer(self, name: str) -> bool:
+        shape = self.reader.shape(name)
+        return name.split("/")[-1] in ("r_w_bias", "r_r_bias", "r_s_bias") and shape is not None and len(shape) == 3
+
+    def shape(self, name: str) -> Optional[Tuple[int, ...]]:
+        if not self._per_layer(name):
+            return self.reader.shape(name)
+        val = self.reader.get(name)
+        if not all(np.array_equal(val[0], v) for v in val):
+            raise CheckpointError(f"{name}: the checkpoint has per-layer (untied) values but the config "
+                                  f"says untie_r=false")
+        return tuple(val.shape[1:])
+
+    def get(self, name: str) -> Optional[np.ndarray]:
+        val = self.reader.get(name)
+        return val[0] if self._per_layer(name) else val
 
 
 # ---------------------------------------------------------------------------------------------- entry points
@@ -381,7 +442,7 @@ def load_backbone_weights(model, path: str, fmt: Optional[str] = None) -> object
     fmt = fmt or detect_format(path)
     reader = reader_for(path, fmt, model.config)
     # The LM bias only exists in pretraining checkpoints (and HF's LM-head model): optional.
-    assign_from(backbone_name_map(model), _untied_view(reader.get, model.config), source=path,
+    assign_from(backbone_name_map(model), reader if model.config.untie_r else _SharedBiases(reader), source=path,
                 optional=("model/lm_loss/bias",))
     return reader
 
@@ -398,8 +459,74 @@ def backbone_tensors(model) -> "OrderedDict[str, np.ndarray]":
     return OrderedDict((name, _value(t)) for name, t in backbone_name_map(model).items())
 
 
-def save_pretrained(model, directory: str, extra: Optional[Mapping[str, np.ndarray]] = None) -> None:
-    """Writes our format atomically: a temp directory renamed over ``directory`` once complete."""
+@dataclasses.dataclass
+class HFHead:
+    """A task head in HuggingFace's layout: its config fields (its model class under ``architectures``) and its
+    tensors (HF keys); ``Head.huggingface_config`` / ``huggingface_tensors``."""
+    config: Dict[str, object]
+    tensors: Dict[str, np.ndarray]
+
+
+def hf_config(config: XLNetConfig, head: Optional[HFHead] = None) -> Dict[str, object]:
+    """The ``config.json`` with which transformers' XLNet computes what ``config`` computes (inference)."""
+    c = config
+    if c.n_head * c.d_head != c.d_model:
+        raise CheckpointError(f"HuggingFace's XLNet needs d_head = d_model / n_head; this model has d_model="
+                              f"{c.d_model}, n_head={c.n_head}, d_head={c.d_head}")
+    out = {"architectures": ["XLNetLMHeadModel"], "model_type": "xlnet",
+           "vocab_size": c.n_token, "d_model": c.d_model, "n_layer": c.n_layer, "n_head": c.n_head,
+           "d_head": c.d_head, "d_inner": c.d_inner, "ff_activation": _HF_ACTIVATIONS[c.ff_activation],
+           "untie_r": c.untie_r, "attn_type": c.attn_type, "bi_data": c.bi_data, "clamp_len": c.clamp_len,
+           "same_length": c.same_length, "mem_len": c.mem_len or None, "reuse_len": c.reuse_len or None,
+           "dropout": c.dropout, "layer_norm_eps": c.layer_norm_eps, "initializer_range": c.initializer_range,
+           "torch_dtype": "float32"}
+    head_config = dict(head.config) if head else {}
+    clash = sorted(k for k, v in head_config.items() if k != "architectures" and k in out and out[k] != v)
+    if clash:
+        raise CheckpointError("the head and the backbone need different values of " + ", ".join(
+            f"{k} (backbone {out[k]!r}, head {head_config[k]!r})" for k in clash) + " in HuggingFace's one config")
+    out.update(head_config)
+    return out
+
+
+def hf_backbone_tensors(model) -> "OrderedDict[str, np.ndarray]":
+    """The backbone's weights under HF keys (``transformer.`` prefixed; the reverse of ``HFReader.get``).
+    HF holds r_w/r_r/r_s biases per layer: shared ones (``untie_r=false``) are repeated."""
+    c = model.config
+    keys = _hf_key_map(c)
+    out: "OrderedDict[str, np.ndarray]" = OrderedDict()
+    for name, value in backbone_tensors(model).items():
+        stacked, transposed = _hf_layout(name)
+        value = value.T if transposed else value
+        if stacked and value.ndim == 2:  # a shared bias [n_head, d_head]
+            value = np.stack([value] * c.n_layer)
+        for key, part in zip(keys[name], value if stacked else [value]):
+            out[_hf_key(key)] = part
+    return out
+
+
+SAVE_FORMATS = ("own", "huggingface")
+
+
+def save_pretrained(model, directory: str, extra: Optional[Mapping[str, np.ndarray]] = None, format: str = "own",
+                    hf_head: Optional[HFHead] = None) -> None:
+    """Writes ``directory`` atomically (a temp directory renamed over it once complete).
+
+    ``format="own"``: our format (``extra``: more tensors under original names, e.g. a fine-tuned head).
+    ``format="huggingface"``: ``config.json`` + ``model.safetensors`` for transformers' PyTorch XLNet:
+    ``XLNetLMHeadModel`` (and ``XLNetModel``) for a backbone, or ``hf_head``'s class for a fine-tuned model."""
+    if format not in SAVE_FORMATS:
+        raise ValueError(f"format: expected one of {SAVE_FORMATS}, got {format!r}")
+    if format == "huggingface":
+        config = hf_config(model.config, hf_head)  # checked before anything is written
+        tensors = hf_backbone_tensors(model)
+        if hf_head is not None:  # a task model has no LM head
+            del tensors["lm_loss.bias"]
+            tensors.update(hf_head.tensors)
+        with atomic_directory(directory) as tmp:
+            write_safetensors(os.path.join(tmp, HF_WEIGHTS), tensors)
+            write_json(os.path.join(tmp, HF_CONFIG), config, indent=2, sort_keys=True)
+        return
     with atomic_directory(directory) as tmp:
         tensors = backbone_tensors(model)
         if extra:

@@ -7,7 +7,8 @@ Reads three json layouts:
 * our own ``xlnet_tf_config.json`` (every field below).
 
 Activation names: ``"gelu"`` is the original's tanh approximation (what the released weights were trained
-with; HF calls it ``gelu_new``); ``"gelu_exact"`` is the erf form (HF's ``"gelu"``); ``"relu"``.
+with; HF calls it ``gelu_new``); ``"gelu_exact"`` is the erf form (HF's ``"gelu"`` and ``"gelu_python"``;
+the HF writer uses the latter); ``"relu"``.
 HF configs saying ``"gelu"`` are read as ``"gelu"`` (tanh), faithful to the pretraining; pass
 ``ff_activation="gelu_exact"`` to reproduce HF's PyTorch outputs bit for bit on such a config.
 """
@@ -29,8 +30,9 @@ RUN_KEYS = ("dropout", "dropatt", "mem_len", "reuse_len", "attn_type", "bi_data"
 # The accelerations ``accelerate`` may name (``xlnet_tf/accel``).
 ACCELERATIONS = ("xla", "kernels", "chunks")
 
-_ACTIVATION_ALIASES = {"gelu": "gelu", "gelu_new": "gelu", "gelu_tanh": "gelu", "gelu_exact": "gelu_exact",
-                       "gelu_erf": "gelu_exact", "relu": "relu"}
+_ACTIVATION_ALIASES = {"gelu": "gelu", "gelu_new": "gelu", "gelu_tanh": "gelu", "gelu_pytorch_tanh": "gelu",
+                       "gelu_exact": "gelu_exact", "gelu_erf": "gelu_exact", "gelu_python": "gelu_exact",
+                       "relu": "relu"}
 
 
 def _check_type(source: str, key: str, value: Any, annotation: str) -> None:

@@ -7,6 +7,9 @@ A head is a Keras layer called on the backbone's outputs and the batch's feature
     head.predictions(outputs)           -> dict of tensors written by --do_predict / used for metrics
     head.serving_outputs(outputs)       -> dict of tensors returned by the exported SavedModel
     head.original_names()               -> {our variable path suffix: original TF1 checkpoint name}
+    head.huggingface_config()           -> transformers' config fields of the same head (its class under
+                                           "architectures"), or a ValueError naming what HF lacks
+    head.huggingface_tensors()          -> {HF key: array} of the head's weights
 
 ``backbone_outputs`` is the dict XLNetModel returns (``sequence_output`` [batch, seq, d_model], ...).
 Losses are computed in float32 whatever the compute dtype.
@@ -17,6 +20,7 @@ from __future__ import annotations
 from typing import Dict
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 
@@ -35,3 +39,27 @@ class Head(keras.layers.Layer):
     def original_names(self) -> Dict[str, str]:
         """Maps each of this head's variable paths (relative to the head) to its original checkpoint name."""
         return {}
+
+    def huggingface_config(self) -> Dict[str, object]:
+        """The config.json fields of transformers' XLNet model with this head (``architectures`` names its
+        class); raises ValueError, one line naming what HuggingFace lacks, where it has no such head. Needs no
+        weights, so a run can refuse before training."""
+        raise ValueError(f"{type(self).__name__}: HuggingFace's XLNet has no such head")
+
+    def huggingface_tensors(self) -> Dict[str, np.ndarray]:
+        """{HF state-dict key: float32 array} of this head's weights."""
+        raise ValueError(f"{type(self).__name__}: HuggingFace's XLNet has no such head")
+
+
+def hf_linear(prefix: str, dense) -> Dict[str, np.ndarray]:
+    """A Keras Dense as torch's Linear (``weight`` [out, in]; ``bias`` where it has one)."""
+    out = {f"{prefix}.weight": np.asarray(dense.kernel.numpy()).T}
+    if dense.use_bias:
+        out[f"{prefix}.bias"] = np.asarray(dense.bias.numpy())
+    return out
+
+
+def hf_layer_norm(prefix: str, layer_norm) -> Dict[str, np.ndarray]:
+    """A Keras LayerNormalization as torch's LayerNorm."""
+    return {f"{prefix}.weight": np.asarray(layer_norm.gamma.numpy()),
+            f"{prefix}.bias": np.asarray(layer_norm.beta.numpy())}

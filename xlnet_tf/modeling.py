@@ -226,7 +226,9 @@ class XLNetModel(keras.Model):
 
         return checkpoint.load_pretrained(cls, path, config=config, **overrides)
 
-    def save_pretrained(self, directory: str) -> None:
+    def save_pretrained(self, directory: str, format: str = "own") -> None:
+        """Our format (``"own"``), or ``"huggingface"``: config.json + model.safetensors for transformers'
+        ``XLNetLMHeadModel`` / ``XLNetModel`` (see checkpoint.py)."""
         from xlnet_tf import checkpoint
 
-        checkpoint.save_pretrained(self, directory)
+        checkpoint.save_pretrained(self, directory, format=format)

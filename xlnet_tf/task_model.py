@@ -149,7 +149,13 @@ class TaskModel(WrapsBackbone, keras.Model):
             out[name] = matches[0]
         return out
 
-    def save_pretrained(self, directory: str) -> None:
-        """Our format with the head's weights under their original names (an original fine-tuned checkpoint)."""
+    def save_pretrained(self, directory: str, format: str = "own") -> None:
+        """Our format with the head's weights under their original names (an original fine-tuned checkpoint), or
+        ``"huggingface"``: transformers' model with the same head (``XLNetForSequenceClassification``,
+        ``XLNetForMultipleChoice``, ``XLNetForQuestionAnswering``); a head HF lacks raises ValueError naming it."""
+        if format == "huggingface":
+            head = checkpoint.HFHead(self.head.huggingface_config(), self.head.huggingface_tensors())
+            checkpoint.save_pretrained(self.backbone, directory, format=format, hf_head=head)
+            return
         extra = {name: np.asarray(v.numpy()) for name, v in self.head_name_map().items()}
-        checkpoint.save_pretrained(self.backbone, directory, extra=extra)
+        checkpoint.save_pretrained(self.backbone, directory, extra=extra, format=format)

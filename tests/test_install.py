@@ -1,0 +1,53 @@
+"""``pip install .`` installs the model library ``xlnet_tf`` (and only it): installed into a temporary target with
+no network, every module of it imports from a directory outside the checkout, with nothing of the task rooms
+(``tasks``, ``heads``, ``data``, ``run_*``) on the path, and the installed model runs."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+from tests.conftest import REPO
+
+CHECK = """
+import importlib, os, pkgutil, sys
+import xlnet_tf
+print(xlnet_tf.__file__)
+for m in pkgutil.walk_packages(xlnet_tf.__path__, "xlnet_tf."):
+    if not m.name.endswith("__main__"):
+        importlib.import_module(m.name)
+rooms = sorted(n for n in sys.modules if n.split(".")[0] in ("tasks", "heads", "data", "run_common", "run_state"))
+print("rooms:", rooms)
+from xlnet_tf import XLNetConfig, XLNetModel
+from xlnet_tf.accel import kernels
+print("kernel source:", os.path.isfile(kernels.SOURCE))
+m = XLNetModel(XLNetConfig.preset("tiny", n_token=50), seed=0)
+import numpy as np
+print("output:", tuple(m(np.array([[5, 6, 7]], np.int32))["sequence_output"].shape))
+"""
+
+
+def test_pip_install_gives_the_library_importable_outside_the_checkout(tmp_path):
+    src = tmp_path / "src"  # a copy: pip builds in the source tree (build/, *.egg-info), not in the checkout
+    src.mkdir()
+    for name in ("pyproject.toml", "requirements.txt", "README.md"):
+        shutil.copy(os.path.join(REPO, name), src / name)
+    shutil.copytree(os.path.join(REPO, "xlnet_tf"), src / "xlnet_tf",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.so.json", "tmp*"))
+    target = tmp_path / "site"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
+                        "--quiet", "--disable-pip-version-check", "--target", str(target), str(src)],
+                       capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert sorted(p.name for p in target.iterdir() if not p.name.endswith(".dist-info")) == ["xlnet_tf"]
+    meta = next(target.glob("xlnet_tf-*.dist-info")) / "METADATA"
+    requires = [l.split(":", 1)[1].strip() for l in meta.read_text().splitlines() if l.startswith("Requires-Dist:")]
+    assert any(r.startswith("safetensors") for r in requires) and any(r.startswith("tensorflow<") for r in requires)
+
+    r = subprocess.run([sys.executable, "-c", CHECK], capture_output=True, text=True, cwd=tmp_path,
+                       env=dict(env, PYTHONPATH=str(target), TF_CPP_MIN_LOG_LEVEL="2"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith(str(target) + os.sep), lines[0]
+    assert "rooms: []" in lines and "kernel source: True" in lines and "output: (1, 3, 64)" in lines, r.stdout
