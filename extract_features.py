@@ -5,16 +5,18 @@
       --layers=-1,-2 --pooling=mean --max_seq_length=128
 
 ``--input_file``: UTF-8, one text per line; ``A ||| B`` gives a pair (the classifier's layout: A <sep> B <sep>
-<cls>, left-padded). ``--long_doc_mode=memory`` (single texts): a text of any length is cut into windows of
-max_seq_length (``tasks/classification/features.build_windows``) that run left to right with the previous windows'
-hidden states as memory (``--mem_len``); ``tokens`` then cover the whole text, [n, W * max_seq_length, layers, d]
-with W the most windows of a text (each text right-aligned, padding first), and ``pooled`` is the mean over all
-of a text's real tokens or its final ``<cls>``. A fine-tuned run's checkpoint in ``--model_dir`` (default
+<cls>, left-padded). Empty or whitespace-only lines are skipped (the run logs how many) and ``line_index`` maps
+each output row back to its input line. ``--long_doc_mode=memory`` (single texts): a text of any length is cut
+into windows of max_seq_length (``tasks/classification/features.build_windows``) that run left to right with the
+previous windows' hidden states as memory (``--mem_len``); ``tokens`` then cover the whole text,
+[n, W * max_seq_length, layers, d] with W the most windows of a text (each text right-aligned, padding first), and
+``pooled`` is the mean over all of a text's real tokens or its final ``<cls>``. A fine-tuned run's checkpoint in ``--model_dir`` (default
 OUTPUT_DIR/model) takes precedence over ``--init_checkpoint``. ``--output_file``:
 * ``.npz``: ``pooled`` [n, layers, d], ``tokens`` [n, max_seq_length, layers, d] (zeros at padding), ``input_ids``,
-  ``padding_mask`` [n, max_seq_length] and ``layers`` (the hidden-state indices: 0 = embeddings);
+  ``padding_mask`` [n, max_seq_length], ``layers`` (the hidden-state indices: 0 = embeddings) and ``line_index``
+  [n] (the 0-based input line of each row);
 * ``.tfrecord``: one record per text with ``pooled`` and ``tokens`` (float lists of the real tokens only, row
-  after row), ``input_ids`` (real tokens) and ``layers``.
+  after row), ``input_ids`` (real tokens), ``layers`` and ``line_index``.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ import run_common
 from tasks import runner
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("input_file", None, "Texts, one per line (A ||| B for a pair).")
+flags.DEFINE_string("input_file", None, "Texts, one per line (A ||| B for a pair); blank lines are skipped and "
+                    "the output's line_index gives each row's 0-based input line.")
 flags.DEFINE_string("output_file", None, "Where the vectors go: .npz or .tfrecord.")
 flags.DEFINE_list("layers", ["-1"], "Hidden-state indices (0 = embeddings, -1 = last block).")
 flags.DEFINE_enum("pooling", "mean", ["mean", "last"], "Pooled vector: mean over real tokens, or the last (CLS).")
@@ -40,20 +43,26 @@ log = logging.getLogger("extract_features")
 
 
 def read_texts(path):
-    """[(text_a, text_b or None)], one per non-empty line."""
-    out = []
+    """([(text_a, text_b or None)], [0-based line of each]): one per non-blank line; logs the blank lines
+    skipped."""
+    out, lines, blank = [], [], 0
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             line = line.rstrip("\n")
             if not line.strip():
+                blank += 1
                 continue
+            lines.append(n - 1)
             a, sep, b = line.partition(" ||| ")
             if not a.strip() or (sep and not b.strip()):
                 raise ValueError(f"{path}:{n}: expected 'text' or 'text A ||| text B', got {line[:80]!r}")
             out.append((a, b if sep else None))
     if not out:
         raise ValueError(f"{path}: no texts (expected one per line)")
-    return out
+    if blank:
+        log.info("%s: %d blank line(s) skipped; %d texts (line_index in the output maps rows to lines)", path,
+                 blank, len(out))
+    return out, lines
 
 
 class FeatureRun(runner.TaskSpec):
@@ -61,8 +70,9 @@ class FeatureRun(runner.TaskSpec):
     name, main_metric = "features", "none"
 
     def __init__(self, texts, tokenizer, config, max_seq_length, layers, pooling, batch_size, output_file,
-                 memory=False):
+                 memory=False, line_index=None):
         self.texts, self.tokenizer, self.config, self.L = texts, tokenizer, config, max_seq_length
+        self.line_index = list(range(len(texts))) if line_index is None else list(line_index)
         self.memory = memory
         if memory and any(b for _, b in texts):
             raise ValueError("--long_doc_mode=memory: one text per line (no ' ||| ' pairs)")
@@ -90,7 +100,7 @@ class FeatureRun(runner.TaskSpec):
             pooled, tokens = document_vectors(model, feats, self.batch_size)
             flat = {k: feats[k].reshape(len(tokens), -1) for k in ("input_ids", "padding_mask")}
             write_vectors(self.output_file, pooled, tokens, flat["input_ids"], flat["padding_mask"],
-                          np.asarray(model.head.layers, np.int32))
+                          np.asarray(model.head.layers, np.int32), self.line_index)
             return self.output_file
         feats = cls_data.encode_texts(self.tokenizer, [a for a, _ in self.texts],
                                       [b or "" for _, b in self.texts], self.L)
@@ -99,7 +109,7 @@ class FeatureRun(runner.TaskSpec):
                       output_fn=lambda features, outputs: {k: outputs[k] for k in ("tokens", "pooled")})
         head = model.head
         write_vectors(self.output_file, out["pooled"], out["tokens"], feats["input_ids"], feats["padding_mask"],
-                      np.asarray(head.layers, np.int32))
+                      np.asarray(head.layers, np.int32), self.line_index)
         return self.output_file
 
 
@@ -145,7 +155,7 @@ def document_vectors(model, windows, batch_size):
     return np.concatenate(pooled), np.concatenate(tokens)
 
 
-def write_vectors(path, pooled, tokens, input_ids, padding_mask, layers):
+def write_vectors(path, pooled, tokens, input_ids, padding_mask, layers, line_index):
     import numpy as np
     import tensorflow as tf
 
@@ -153,16 +163,17 @@ def write_vectors(path, pooled, tokens, input_ids, padding_mask, layers):
 
     if path.endswith(".npz"):
         with atomic_write(path, "wb") as f:
-            np.savez(f, pooled=pooled, tokens=tokens, input_ids=input_ids, padding_mask=padding_mask, layers=layers)
+            np.savez(f, pooled=pooled, tokens=tokens, input_ids=input_ids, padding_mask=padding_mask, layers=layers,
+                     line_index=np.asarray(line_index, np.int64))
         return
     floats = lambda x: tf.train.Feature(float_list=tf.train.FloatList(value=np.ravel(x)))  # noqa: E731
     ints = lambda x: tf.train.Feature(int64_list=tf.train.Int64List(value=np.ravel(x)))  # noqa: E731
     with atomic_path(path) as tmp, tf.io.TFRecordWriter(tmp) as w:
-        for p, t, ids, m in zip(pooled, tokens, input_ids, padding_mask):
+        for p, t, ids, m, n in zip(pooled, tokens, input_ids, padding_mask, line_index):
             real = m.astype(bool)
             ex = tf.train.Example(features=tf.train.Features(feature={
                 "pooled": floats(p), "tokens": floats(t[real]), "input_ids": ints(ids[real]),
-                "layers": ints(layers)}))
+                "layers": ints(layers), "line_index": ints(n)}))
             w.write(ex.SerializeToString())
 
 
@@ -172,7 +183,7 @@ def main(_):
         raise ValueError(f"--output_file must end with .npz or .tfrecord, got {F.output_file!r}")
     if not F.input_file:
         raise ValueError("--input_file is required")
-    texts = read_texts(F.input_file)
+    texts, line_index = read_texts(F.input_file)
     layers = run_common.int_list(F, "layers")
     paths = run_common.output_paths(F)
     strategy = run_common.strategy(F)
@@ -185,7 +196,8 @@ def main(_):
     run_common.start_run(F, paths["output_dir"], "extract_features", "features", config, tokenizer, False,
                          work_dirs=[paths["model_dir"]])
     spec = FeatureRun(texts, tokenizer, config, F.max_seq_length, layers, F.pooling,
-                      F.predict_batch_size or F.eval_batch_size, F.output_file, memory=memory)
+                      F.predict_batch_size or F.eval_batch_size, F.output_file, memory=memory,
+                      line_index=line_index)
     plan = runner.Plan(output_dir=paths["output_dir"], model_dir=paths["model_dir"], do_predict=True,
                        export_huggingface=F.export_huggingface)  # (refused: HuggingFace has no features head)
     run_common.run_task(F, spec, plan, config, strategy)
@@ -193,4 +205,4 @@ def main(_):
 
 if __name__ == "__main__":
     flags.mark_flag_as_required("output_dir")
-    app.run(run_common.main_wrapper(main))
+    app.run(run_common.main_wrapper(main), flags_parser=run_common.parse_flags)

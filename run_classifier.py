@@ -79,4 +79,4 @@ def main(_):
 
 if __name__ == "__main__":
     flags.mark_flag_as_required("output_dir")
-    app.run(run_common.main_wrapper(main))
+    app.run(run_common.main_wrapper(main), flags_parser=run_common.parse_flags)

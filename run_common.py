@@ -50,7 +50,10 @@ def define_common_flags(default_seq_len: int = 128, default_lr: float = 2e-5) ->
     flags.DEFINE_integer("clamp_len", -1, "Clamp relative distances (<= 0: no clamping).")
     flags.DEFINE_string("summary_type", "last", "Sequence summary: last|first|mean|attn.")
     # --- data
-    flags.DEFINE_integer("max_seq_length", default_seq_len, "Maximum sequence length in pieces.")
+    flags.DEFINE_integer("max_seq_length", default_seq_len, "Maximum sequence length in pieces.", lower_bound=1)
+    flags.DEFINE_bool("check_memory", True, "Refuse a run whose estimated memory (xlnet_tf.memory: parameters, "
+                      "optimizer state and the step's activations at this length and batch) exceeds this machine's "
+                      "memory, before any feature is written; false: run anyway.")
     flags.DEFINE_bool("overwrite_data", False, "Rebuild cached TFRecords even when valid.")
     flags.DEFINE_bool("overwrite_output_dir", False, "Replace the run in --output_dir (its checkpoints and cached "
                       "features) when it differs from this one; without it such a run refuses to start.")
@@ -58,12 +61,15 @@ def define_common_flags(default_seq_len: int = 128, default_lr: float = 2e-5) ->
     flags.DEFINE_bool("do_train", False, "Train.")
     flags.DEFINE_bool("do_eval", False, "Evaluate on the dev split.")
     flags.DEFINE_bool("do_predict", False, "Predict the test split.")
-    flags.DEFINE_integer("train_batch_size", 32, "Global training batch size (per update; see grad_accum_steps).")
-    flags.DEFINE_integer("eval_batch_size", 32, "Evaluation batch size.")
-    flags.DEFINE_integer("predict_batch_size", None, "Prediction batch size (default: eval_batch_size).")
-    flags.DEFINE_float("learning_rate", default_lr, "Peak learning rate.")
+    flags.DEFINE_integer("train_batch_size", 32, "Global training batch size (per update; see grad_accum_steps).",
+                         lower_bound=1)
+    flags.DEFINE_integer("eval_batch_size", 32, "Evaluation batch size.", lower_bound=1)
+    flags.DEFINE_integer("predict_batch_size", None, "Prediction batch size (default: eval_batch_size).",
+                         lower_bound=1)
+    flags.DEFINE_float("learning_rate", default_lr, "Peak learning rate (> 0 to train).")
     flags.DEFINE_integer("train_steps", 1000, "Optimizer updates.")
-    flags.DEFINE_integer("warmup_steps", 0, "Linear warmup steps.")
+    flags.DEFINE_integer("warmup_steps", 0, "Linear warmup steps (more than --train_steps: the peak learning rate "
+                         "is never reached, a warning).", lower_bound=0)
     flags.DEFINE_float("min_lr_ratio", 0.0, "Final LR as a fraction of the peak.")
     flags.DEFINE_float("weight_decay", 0.0, "Decoupled weight decay (every weight but LayerNorm and biases; the "
                        "attention biases r_w/r_r/r_s are decayed, as the original).")
@@ -86,7 +92,8 @@ def define_common_flags(default_seq_len: int = 128, default_lr: float = 2e-5) ->
                       "longest example (multiples of 8; classification and RACE); off, or with --grad_accum_steps > 1 "
                       "(which stacks batches of one shape), every training batch is padded to max_seq_length. "
                       "Evaluation, prediction and the export always pad a batch to its longest text.")
-    flags.DEFINE_integer("grad_accum_steps", 1, "Micro-batches per update (same update as a k-times batch).")
+    flags.DEFINE_integer("grad_accum_steps", 1, "Micro-batches per update (same update as a k-times batch).",
+                         lower_bound=1)
     flags.DEFINE_enum("precision", "float32", ["float32", "mixed_float16", "mixed_bfloat16"], "Compute precision.")
     flags.DEFINE_bool("recompute", False, "Recompute each block's activations in the backward pass.")
     flags.DEFINE_bool("accelerate", True, "The measured speed paths (XLA clusters, compiled attention kernels, "
@@ -132,6 +139,37 @@ def long_doc_options(F):
     if mem_len <= 0:
         raise ValueError(f"--mem_len: expected > 0 in memory mode, got {mem_len}")
     return True, mem_len, {"long_doc_mode": "memory", "max_segments": F.max_segments}
+
+
+# The directories a run writes (its checkpoints record paths inside them: the input iterator's TFRecord files),
+# made absolute when the flags are parsed, so a run resumes from any working directory.
+RUN_DIR_FLAGS = ("output_dir", "model_dir", "cache_dir", "export_dir", "record_dir", "predict_dir")
+
+
+def parse_flags(argv):
+    """``app.run``'s ``flags_parser`` for the entry points: a bad flag value (a bound such as a batch size >= 1, a
+    missing --init_checkpoint) is one ``error:`` line with exit code 2, as every other bad input; then the run's
+    directories are made absolute (``RUN_DIR_FLAGS``)."""
+    try:
+        rest = FLAGS(argv)
+        settle_flags(FLAGS)
+    except (flags.Error, ValueError) as e:
+        _fail(str(e), log=False)
+    return rest
+
+
+def settle_flags(F) -> None:
+    """The run's directories made absolute (URLs such as gs://... kept); a missing --init_checkpoint refused."""
+    for name in RUN_DIR_FLAGS:
+        value = F[name].value if name in F else None
+        if value and "://" not in value:
+            setattr(F, name, os.path.abspath(os.path.expanduser(value)))
+    path = getattr(F, "init_checkpoint", None)
+    if path and "://" not in path and not os.path.isdir(path):
+        folder, prefix = os.path.split(os.path.abspath(path))
+        if not (os.path.isdir(folder) and any(n.startswith(prefix) for n in os.listdir(folder))):
+            raise ValueError(f"--init_checkpoint={path}: no such checkpoint (expected a directory or a checkpoint "
+                             f"prefix such as DIR/xlnet_model.ckpt)")
 
 
 def setup_logging() -> None:
@@ -233,12 +271,50 @@ def _check_case(F) -> None:
                          f"({results}), this run has uncased={str(bool(F.uncased)).lower()}: {want}")
 
 
+def check_schedule(F) -> None:
+    """A training run's learning rate must be positive; warmup longer than the run is legal but unintended."""
+    if F.learning_rate <= 0:
+        raise ValueError(f"--learning_rate={F.learning_rate:g}: expected > 0 to train")
+    if F.warmup_steps > F.train_steps:
+        logging.getLogger("run").warning(
+            "--warmup_steps=%d > --train_steps=%d: the peak learning rate %g is never reached (the last step's is "
+            "%g)", F.warmup_steps, F.train_steps, F.learning_rate, F.learning_rate * F.train_steps / F.warmup_steps)
+
+
+def check_memory(F, config, training: bool, head: str = "classification", rows: int = 1,
+                 length_flag: str = "max_seq_length") -> None:
+    """Refuses (one line) a run whose ``xlnet_tf.memory`` estimate exceeds the machine's memory, before any work:
+    training at --train_batch_size, else inference at the evaluation batch; ``rows``: sequences per example (RACE:
+    its 4 options); ``length_flag``: the flag holding the sequence length. Whole-step XLA's estimate (the smaller
+    one) is used, so only a run that cannot fit is refused."""
+    from xlnet_tf import memory
+
+    if not F.check_memory:
+        return
+    length = getattr(F, length_flag)
+    flag, batch = (("train_batch_size", F.train_batch_size) if training else
+                   ("predict_batch_size" if F.predict_batch_size else "eval_batch_size",
+                    F.predict_batch_size or F.eval_batch_size))
+    need = memory.estimate(config, length, batch * rows, precision=F.precision, recompute=F.recompute,
+                           num_trainable_layers=(None if F.num_trainable_layers < 0 else F.num_trainable_layers)
+                           if training else 0, grad_accum_steps=F.grad_accum_steps if training else 1,
+                           head=head, jit=True)["total"]
+    have = memory.machine_memory()
+    if have and need > have:
+        GiB = 2.0 ** 30
+        what = "training" if training else "inference"
+        raise ValueError(f"--{length_flag}={length} with --{flag}={batch}: {what} is estimated to need "
+                         f"{need / GiB:,.1f} GiB (xlnet_tf.memory), this machine has {have / GiB:,.1f} GiB; lower "
+                         f"them, or pass --nocheck_memory to run anyway")
+
+
 def start_run(F, run_dir: str, script: str, task: str, config, tokenizer, training: bool,
               train_sources: Optional[Sequence[str]] = (), data: Optional[Dict] = None,
-              work_dirs: Sequence[str] = ()):
+              work_dirs: Sequence[str] = (), memory: Optional[Dict] = None):
     """Checks the inputs against the model and takes ``run_dir`` for this run (``run_state.RunGuard``: lock,
     stale temporaries, manifest). Held until the process exits. ``train_sources=None``: the training data
-    is not given to this run (reused records) and not compared."""
+    is not given to this run (reused records) and not compared. ``memory``: the task's arguments of
+    ``check_memory`` (head, rows per example, the length flag)."""
     from run_state import RunGuard
     from xlnet_tf.fileutil import content_hash
 
@@ -247,6 +323,9 @@ def start_run(F, run_dir: str, script: str, task: str, config, tokenizer, traini
         raise ValueError(f"--spiece_model_file {tokenizer.spiece_model_file}: vocabulary of {vocab} pieces, but "
                          f"the model embeds only n_token={config.n_token}: use the model's own spiece.model")
     _check_case(F)
+    if training:
+        check_schedule(F)
+    check_memory(F, config, training, **(memory or {}))
     manifest = {"script": script, "task": task,
                 "tokenizer": {"sha256": content_hash(tokenizer.spiece_model_file), "uncased": bool(F.uncased)},
                 "model_shape": config.to_original_dict(), "model": config.to_dict(),
@@ -325,10 +404,25 @@ def write_json(path: str, obj) -> None:
     atomic_json(path, obj, indent=2, sort_keys=True, ensure_ascii=False)
 
 
-def _fail(message: str) -> None:
-    logging.getLogger("run").error("%s", message)
+def _fail(message: str, code: int = 2, log: bool = True) -> None:
+    if log:  # into the run's log as well (not before the flags are parsed: absl's pre-parse handler repeats it)
+        logging.getLogger("run").error("%s", message)
     print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
+    sys.exit(code)
+
+
+def _interrupted(e: KeyboardInterrupt) -> None:
+    """Ctrl-C: one line saying where the run resumes from (exit code 130, the shell's for SIGINT)."""
+    from xlnet_tf.training import Interrupted
+
+    if not isinstance(e, Interrupted):
+        _fail("interrupted; finished checkpoints, features and outputs are kept: rerun the same command to go on",
+              130)
+    if e.checkpoint_step is None:
+        _fail(f"interrupted at step {e.step}, before the first checkpoint in {e.model_dir}: rerun the same command "
+              f"to start the training again", 130)
+    _fail(f"interrupted at step {e.step}; the last checkpoint is step {e.checkpoint_step} in {e.model_dir}: rerun "
+          f"the same command to resume", 130)
 
 
 def main_wrapper(main: Callable) -> Callable:
@@ -341,6 +435,8 @@ def main_wrapper(main: Callable) -> Callable:
 
         try:
             return main(argv)
+        except KeyboardInterrupt as e:
+            _interrupted(e)
         except (DataError, CheckpointError, ValueError, FileNotFoundError) as e:
             _fail(str(e))
         except OSError as e:

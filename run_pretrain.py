@@ -109,11 +109,12 @@ def main(_):
     config = build_config(F, tokenizer)
     run_common.start_run(F, plan.model_dir, "run_pretrain", "pretrain", config, tokenizer, training=True,
                          train_sources=plan.train_paths or None, data=spec.data_settings(),
-                         work_dirs=[plan.model_dir])
+                         work_dirs=[plan.model_dir],
+                         memory={"head": "none", "length_flag": "seq_len" if F.seq_len else "max_seq_length"})
     summary = run(spec, plan, config, tokenizer, spiece, run_common.train_config(F, plan.model_dir), strategy)
     print(json.dumps(summary))
 
 
 if __name__ == "__main__":
     flags.mark_flag_as_required("output_dir")
-    app.run(run_common.main_wrapper(main))
+    app.run(run_common.main_wrapper(main), flags_parser=run_common.parse_flags)

@@ -77,7 +77,8 @@ def main(_):
                          train_sources=race_train_sources(F.data_dir, levels) if F.do_train else (),
                          data=dict({"max_seq_length": L, "max_qa_length": QA, "train_subset": F.train_subset},
                                    **long_doc_data),
-                         work_dirs=[paths["model_dir"], paths["cache_dir"]])
+                         work_dirs=[paths["model_dir"], paths["cache_dir"]],
+                         memory={"rows": race_task.NUM_CHOICES})
     subsets = {"train": F.train_subset, F.eval_split: F.eval_subset, "test": F.eval_subset}
     head_options = dict(summary_type=F.summary_type, dropout=F.dropout, dropatt=F.dropatt)
     spec = RaceRun(F.data_dir, tokenizer, config, L, QA, paths["cache_dir"], F.high_only, F.middle_only,
@@ -89,4 +90,4 @@ def main(_):
 
 if __name__ == "__main__":
     flags.mark_flag_as_required("output_dir")
-    app.run(run_common.main_wrapper(main))
+    app.run(run_common.main_wrapper(main), flags_parser=run_common.parse_flags)

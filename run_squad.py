@@ -108,7 +108,7 @@ def main(_):
     run_common.start_run(F, paths["output_dir"], "run_squad", "squad", config, tokenizer, F.do_train,
                          train_sources=[F.train_file] if F.do_train else (),
                          data={"max_seq_length": L, "max_query_length": Q, "doc_stride": F.doc_stride, "v2": v2},
-                         work_dirs=[paths["model_dir"], paths["cache_dir"]])
+                         work_dirs=[paths["model_dir"], paths["cache_dir"]], memory={"head": "squad"})
     options = dict(max_seq_length=L, max_query_length=Q, doc_stride=F.doc_stride, n_best_size=F.n_best_size,
                    max_answer_length=F.max_answer_length, allow_last_paragraph_token=F.allow_last_paragraph_token,
                    null_score_diff_threshold=F.null_score_diff_threshold,
@@ -125,4 +125,4 @@ def main(_):
 
 if __name__ == "__main__":
     flags.mark_flag_as_required("output_dir")
-    app.run(run_common.main_wrapper(main))
+    app.run(run_common.main_wrapper(main), flags_parser=run_common.parse_flags)

@@ -20,6 +20,19 @@ from typing import Dict
 SEQUENCE_KEYS = ("input_ids", "segment_ids", "padding_mask", "p_mask")  # the [.., L] features
 
 
+def report_truncation(what: str, truncated: int, total: int, max_seq_length: int) -> None:
+    """Logs how many of ``what``'s examples lost pieces to ``--max_seq_length`` (when features are written): a
+    warning when most did (a length that almost certainly was not meant), else a note."""
+    import logging
+
+    if not truncated:
+        return
+    log = logging.getLogger("features")
+    level = logging.WARNING if 2 * truncated > total else logging.INFO
+    log.log(level, "%s: --max_seq_length=%d truncates %d of %d examples (each keeps its first pieces)%s", what,
+            max_seq_length, truncated, total, "; is the length meant?" if level == logging.WARNING else "")
+
+
 def real_lengths(batch: Dict) -> "tf.Tensor":
     """Real pieces of each example (its longest choice for RACE) [b]."""
     import tensorflow as tf

@@ -37,6 +37,7 @@ def extract(d, out, *extra):
                        cwd=REPO, capture_output=True, text=True, timeout=600,
                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert r.returncode == 0, r.stderr[-3000:]
+    return r
 
 
 def test_vectors_equal_the_backbone_hidden_states(pretrained, tmp_path):
@@ -89,3 +90,24 @@ def test_bad_input_is_one_line(pretrained, tmp_path):
                        cwd=REPO, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and f"{bad}:2: expected 'text' or 'text A ||| text B'" in r.stderr
     assert not (tmp_path / "x.npz").exists()
+
+
+def test_blank_lines_are_counted_and_rows_map_back_to_lines(pretrained, tmp_path):
+    """Blank and whitespace-only lines are skipped, the log says how many, and ``line_index`` gives each row's
+    0-based input line (in .npz and .tfrecord); the rows are those of the same texts without the blank lines."""
+    d = tmp_path / "in"
+    d.mkdir()
+    (d / "texts.txt").write_text("\n" + TEXTS[0] + "\n   \n\t\n" + TEXTS[1] + "\n\n" + TEXTS[2] + "\n",
+                                 encoding="utf-8")
+    r = extract(d, tmp_path / "b.npz", "--layers=-1", f"--init_checkpoint={pretrained}")
+    assert "4 blank line(s) skipped; 3 texts" in r.stderr, r.stderr[-3000:]
+    got = np.load(tmp_path / "b.npz")
+    assert got["line_index"].tolist() == [1, 4, 6]
+    extract(pretrained, tmp_path / "ref.npz", "--layers=-1")  # the fixture's file: TEXTS on lines 0-2
+    ref = np.load(tmp_path / "ref.npz")
+    assert ref["line_index"].tolist() == [0, 1, 2]
+    np.testing.assert_array_equal(got["input_ids"], ref["input_ids"])
+    extract(d, tmp_path / "b.tfrecord", "--layers=-1", f"--init_checkpoint={pretrained}")
+    rows = [tf.train.Example.FromString(x.numpy()).features.feature["line_index"].int64_list.value[0]
+            for x in tf.data.TFRecordDataset(str(tmp_path / "b.tfrecord"))]
+    assert rows == [1, 4, 6]

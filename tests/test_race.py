@@ -209,6 +209,28 @@ def test_real_features_layout(tokenizer, dev_docs):
 
 @needs_race
 @needs_spiece
+def test_truncated_articles_are_counted_when_written(tokenizer, dev_docs, caplog):
+    """Questions whose article lost pieces in some option, counted as the records are written (a warning when most
+    did), against the layout's rule: the article keeps max_seq_length - 3 - len(qa) pieces."""
+    docs, L, QA = dev_docs[:12], 128, 32
+    want = 0
+    for doc in docs:
+        ctx = tokenizer.encode(doc.article)
+        for ex in doc.examples:
+            want += any(len(ctx) > L - 3 - len(tokenizer.encode(race_data.qa_text(ex.question, o))[-QA:])
+                        for o in ex.options)
+    n = sum(len(d.examples) for d in docs)
+    assert 2 * want > n
+    with caplog.at_level("INFO", logger="features"):
+        records = list(race_data.iter_features(docs, tokenizer, L, QA, num_workers=0, name="dev-128"))
+    assert len(records) == n and not any("truncated" in r for r in records)
+    said = [r for r in caplog.records if "truncates" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelname == "WARNING"
+    assert f"dev-128: --max_seq_length={L} truncates {want} of {n} examples" in said[0].getMessage()
+
+
+@needs_race
+@needs_spiece
 def test_writer_cache_workers_and_dataset(tokenizer, dev_docs, tmp_path):
     docs = dev_docs[:70]
     serial = list(race_data.iter_features(docs, tokenizer, 128, 32, num_workers=0))

@@ -457,6 +457,23 @@ def estimate(config: Union[XLNetConfig, str, dict], seq_len: int, batch: int, pr
     }
 
 
+def machine_memory() -> Optional[int]:
+    """Bytes of memory this process may use: the physical memory, or the cgroup's limit when lower (a container);
+    None when unknown."""
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        total = None
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                limit = int(f.read().strip())
+        except (OSError, ValueError):  # absent, or "max"
+            continue
+        total = min(total, limit) if total else limit
+    return total
+
+
 def _as_config(config) -> XLNetConfig:
     if isinstance(config, XLNetConfig):
         return config

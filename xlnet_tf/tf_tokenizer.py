@@ -115,6 +115,26 @@ def _warn_if_ties_differ(version: str) -> None:
                       stacklevel=3)
 
 
+# What the UTF-8 check decodes bad bytes to: a surrogate, which valid UTF-8 never encodes.
+_NOT_UTF8 = 0xD800
+
+
+def assert_utf8(texts) -> tf.Tensor:
+    """``texts`` (a string tensor of any shape) unchanged, checked when the graph runs: a string that is not valid
+    UTF-8 raises ``InvalidArgumentError`` "input is not valid UTF-8" with its (flattened) row. Every in-graph
+    tokenisation reads its text through this check (``preprocess``, SQuAD's ``preprocess_with_origin``), so a
+    serving signature never answers for undecodable bytes."""
+    texts = tf.convert_to_tensor(texts, tf.string)
+    codepoints = tf.strings.unicode_decode(tf.reshape(texts, [-1]), "UTF-8", errors="replace",
+                                           replacement_char=_NOT_UTF8)
+    bad = tf.reduce_any(tf.equal(codepoints, _NOT_UTF8), axis=1)
+    first = tf.argmax(tf.cast(bad, tf.int32))  # the first bad row (only read when there is one)
+    check = tf.debugging.Assert(tf.logical_not(tf.reduce_any(bad)),
+                                [tf.strings.format("input is not valid UTF-8: row {}", first)], name="utf8_check")
+    with tf.control_dependencies([check]):
+        return tf.identity(texts)
+
+
 class TFXLNetTokenizer(tf.Module):
     """In-graph twin of :class:`xlnet_tf.tokenizer.XLNetTokenizer` (same constructor switches).
 
@@ -145,8 +165,8 @@ class TFXLNetTokenizer(tf.Module):
 
     # ------------------------------------------------------------------ text
     def preprocess(self, texts) -> tf.Tensor:
-        """``preprocess_text`` on a string tensor of any shape."""
-        x = tf.convert_to_tensor(texts, tf.string)
+        """``preprocess_text`` on a string tensor of any shape (which must be valid UTF-8: ``assert_utf8``)."""
+        x = assert_utf8(texts)
         if self.remove_space:
             x = tf.strings.regex_replace(x, self._space_re, " ")
             x = tf.strings.regex_replace(x, "^ | $", "")

@@ -91,6 +91,15 @@ class TrainConfig:
             raise ValueError("grad_accum_steps and train_steps must be >= 1")
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) during ``Trainer.train``: the step reached, the step of the last checkpoint (None: none
+    yet) and where it is. A rerun resumes from that checkpoint exactly as after any other stop."""
+
+    def __init__(self, step: int, checkpoint_step: Optional[int], model_dir: Optional[str]):
+        super().__init__(step, checkpoint_step, model_dir)
+        self.step, self.checkpoint_step, self.model_dir = step, checkpoint_step, model_dir
+
+
 class TrainResult(NamedTuple):
     model: Any
     history: List[Tuple[int, float]]
@@ -430,6 +439,27 @@ class Trainer:
             writer = tf.summary.create_file_writer(os.path.join(cfg.model_dir, "train"))
         bar = Progress(cfg.train_steps, cfg.log_steps) if cfg.progress and self.is_chief else None
         history: List[Tuple[int, float]] = []
+        try:
+            step = self._loop(step, end, writer, bar, history)
+        except KeyboardInterrupt:
+            latest = self.manager.latest_checkpoint if self.manager else None
+            raise Interrupted(step if not history else history[-1][0],
+                              int(latest.rsplit("-", 1)[1]) if latest else None, cfg.model_dir) from None
+        self._save_history(history)
+        if history and step == cfg.train_steps and not (cfg.save_steps and step % cfg.save_steps == 0):
+            self.save()  # final checkpoint (unless just written)
+        if writer:
+            writer.close()
+        if history:  # batches padded to their longest (data/lengths.py) must not retrace the step per shape
+            log.info("training step traced %d time(s) for %d steps", self._step_fn.experimental_get_tracing_count(),
+                     len(history))
+        if bar and bar.tty and step != cfg.train_steps:
+            bar.close()
+        return TrainResult(self.model, history)
+
+    def _loop(self, step: int, end: int, writer, bar, history: List[Tuple[int, float]]) -> int:
+        """Steps to ``end``, logging, checkpointing every ``save_steps``; returns the step reached."""
+        cfg = self.config
         t0, s0, window = None, step, []
         while step < end:
             lr = float(self.optimizer.learning_rate)
@@ -457,17 +487,7 @@ class Trainer:
             if cfg.save_steps and step % cfg.save_steps == 0:
                 self._save_history(history)
                 self.save()
-        self._save_history(history)
-        if history and step == cfg.train_steps and not (cfg.save_steps and step % cfg.save_steps == 0):
-            self.save()  # final checkpoint (unless just written)
-        if writer:
-            writer.close()
-        if history:  # batches padded to their longest (data/lengths.py) must not retrace the step per shape
-            log.info("training step traced %d time(s) for %d steps", self._step_fn.experimental_get_tracing_count(),
-                     len(history))
-        if bar and bar.tty and step != cfg.train_steps:
-            bar.close()
-        return TrainResult(self.model, history)
+        return step
 
 
 def train(model_fn: Callable[[], Any], dataset_fn: Callable, config: TrainConfig,

@@ -29,6 +29,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
 
 import numpy as np
 
+from data.lengths import report_truncation
 from data.tfrecord_io import FeatureSpec, cached_tfrecords, is_valid_cache, read_manifest
 from data import tfrecord_io
 from xlnet_tf.fileutil import stat_identity
@@ -162,10 +163,13 @@ def encode_texts(tokenizer, text_a: Union[str, Sequence[str]], text_b: Union[str
 
 
 def iter_features(examples: Iterable, tokenizer, task, max_seq_length: int, chunk: int = 4096,
-                  pad_to_multiple: Optional[int] = None,
-                  max_segments: Optional[int] = None) -> Iterator[Dict[str, object]]:
-    """Examples -> feature dicts, tokenised ``chunk`` examples at a time (``max_segments``: windows)."""
+                  pad_to_multiple: Optional[int] = None, max_segments: Optional[int] = None,
+                  name: str = "examples") -> Iterator[Dict[str, object]]:
+    """Examples -> feature dicts, tokenised ``chunk`` examples at a time (``max_segments``: windows); at the end,
+    how many were truncated (``data.lengths.report_truncation``, under ``name``)."""
     if max_segments:
+        room = int(max_segments) * max_seq_length - 2
+        fits = lambda a, b: len(a) <= room  # noqa: E731
         def build(a, b):
             if b:
                 raise ValueError(f"task {task.name}: long-document (memory) features take one text per example; "
@@ -173,10 +177,12 @@ def iter_features(examples: Iterable, tokenizer, task, max_seq_length: int, chun
             return right_align(build_windows(a, max_seq_length, tokenizer.sep_id, tokenizer.cls_id, max_segments),
                                max_segments)
     else:
+        fits = lambda a, b: len(a) + len(b) <= max_seq_length - (3 if b else 2)  # noqa: E731
+
         def build(a, b):
             return build_features(a, b, max_seq_length, tokenizer.sep_id, tokenizer.cls_id)
     examples = iter(examples)
-    n = 0
+    n = truncated = 0
     while True:
         block = [ex for _, ex in zip(range(chunk), examples)]
         if not block:
@@ -184,11 +190,13 @@ def iter_features(examples: Iterable, tokenizer, task, max_seq_length: int, chun
         ids_a = encode_many(tokenizer, [ex.text_a for ex in block])
         ids_b = encode_many(tokenizer, [ex.text_b or "" for ex in block])
         for ex, a, b in zip(block, ids_a, ids_b):
+            truncated += not fits(a, b)
             feat = build(a, b)
             feat["label"] = task.label_id(ex.label)
             feat["is_real_example"] = 1
             n += 1
             yield feat
+    report_truncation(name, truncated, n, max_seq_length)
     if pad_to_multiple:
         while n % pad_to_multiple:
             feat = build([], None)
@@ -254,7 +262,8 @@ def write_features(examples: Union[Sequence, Callable[[], Sequence]], tokenizer,
         random.Random(int(shuffle_seed)).shuffle(exs)
     total = len(exs) + ((-len(exs)) % pad_to_multiple if pad_to_multiple else 0)
     return cached_tfrecords(path, lambda: iter_features(exs, tokenizer, task, max_seq_length,
-                                                        pad_to_multiple=pad_to_multiple, max_segments=max_segments),
+                                                        pad_to_multiple=pad_to_multiple, max_segments=max_segments,
+                                                        name=os.path.basename(path)),
                             feature_spec(max_seq_length, task.regression, max_segments), meta=meta, total=total,
                             desc=f"{task.name} features", progress=progress)
 

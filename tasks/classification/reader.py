@@ -77,6 +77,9 @@ class ClassificationTask:
             if score != score or score in (float("inf"), float("-inf")):
                 raise DataError(path, line, f"expected a finite score, got {value!r}", field)
             return score
+        if not value:  # an empty cell would otherwise become a class of its own when the labels are discovered
+            expected = f"a label in {list(self.labels)}" if self.labels is not None else "a label"
+            raise DataError(path, line, f"expected {expected}, got an empty cell", field)
         if self.labels is not None and value not in self.labels:
             raise DataError(path, line, f"expected a label in {list(self.labels)}, got {value!r}", field)
         return value

@@ -30,6 +30,7 @@ from typing import Dict, Iterator, List, Optional, Sequence
 import numpy as np
 
 from data import tfrecord_io
+from data.lengths import report_truncation
 from tasks.race import reader as race_task
 from xlnet_tf.fileutil import stat_identity
 from tasks.classification.features import cut_windows, right_align
@@ -118,7 +119,8 @@ def encode_race(tokenizer: XLNetTokenizer, article: str, question: str, options:
 
 def document_features(tokenizer: XLNetTokenizer, doc: race_task.RaceDocument, max_seq_length: int,
                       max_qa_length: int, max_segments: Optional[int] = None) -> List[Dict[str, object]]:
-    """Records of every question of one file (the article tokenised once; ``max_segments``: windows)."""
+    """Records of every question of one file (the article tokenised once; ``max_segments``: windows), each with
+    ``truncated``: whether an option's sequence lost pieces of the article (not a TFRecord feature)."""
     context_ids = tokenizer.encode(doc.article)
     out = []
     for ex in doc.examples:
@@ -126,6 +128,8 @@ def document_features(tokenizer: XLNetTokenizer, doc: race_task.RaceDocument, ma
                             context_ids=context_ids, max_segments=max_segments)
         feats["label"] = -1 if ex.label is None else ex.label
         feats["level"] = race_task.LEVELS.index(ex.level)
+        kept = (feats["segment_ids"] == SEG_ID_A).reshape(len(ex.options), -1).sum(1) - 1  # article + its <sep>
+        feats["truncated"] = bool((kept < len(context_ids)).any())
         out.append(feats)
     return out
 
@@ -167,9 +171,19 @@ def features_meta(source: str, split: str, tokenizer: XLNetTokenizer, max_seq_le
 
 def iter_features(docs: Sequence[race_task.RaceDocument], tokenizer: XLNetTokenizer, max_seq_length: int,
                   max_qa_length: int, num_workers: Optional[int] = None,
-                  max_segments: Optional[int] = None) -> Iterator[Dict[str, object]]:
-    """Records of ``docs`` in order; ``num_workers`` > 1 tokenises in a process pool (default: CPU count)."""
+                  max_segments: Optional[int] = None, name: str = "RACE") -> Iterator[Dict[str, object]]:
+    """Records of ``docs`` in order; ``num_workers`` > 1 tokenises in a process pool (default: CPU count). At the
+    end, how many questions lost article pieces (``data.lengths.report_truncation``, under ``name``)."""
     _check_lengths(max_seq_length, max_qa_length)
+    n = truncated = 0
+    for feats in _document_records(docs, tokenizer, max_seq_length, max_qa_length, num_workers, max_segments):
+        truncated += feats.pop("truncated")
+        n += 1
+        yield feats
+    report_truncation(name, truncated, n, max_seq_length)
+
+
+def _document_records(docs, tokenizer, max_seq_length, max_qa_length, num_workers, max_segments):
     num_workers = min(os.cpu_count() or 1, 8) if num_workers is None else num_workers
     if num_workers <= 1 or len(docs) < 64:
         for doc in docs:
@@ -194,7 +208,8 @@ def write_race_features(source: str, split: str, output_path: str, tokenizer: XL
     docs = race_task.read_race_documents(source, split, high_only, middle_only)
     total = sum(len(d.examples) for d in docs)
     return tfrecord_io.cached_tfrecords(
-        output_path, lambda: iter_features(docs, tokenizer, max_seq_length, max_qa_length, num_workers, max_segments),
+        output_path, lambda: iter_features(docs, tokenizer, max_seq_length, max_qa_length, num_workers, max_segments,
+                                           name=os.path.basename(output_path)),
         race_feature_spec(max_seq_length, max_segments=max_segments), meta=meta, total=total, desc=f"RACE {split}",
         progress=progress)
 

@@ -51,7 +51,7 @@ import tensorflow_text
 from tensorflow_text.python.ops.sentencepiece_tokenizer import gen_sentencepiece_tokenizer as _spm_ops
 
 from xlnet_tf.export import ServingModule, batch_length, constant_rows, float32_outputs, keep_first, pad_rows
-from xlnet_tf.tf_tokenizer import SPIECE_UNDERLINE, _lower
+from xlnet_tf.tf_tokenizer import SPIECE_UNDERLINE, _lower, assert_utf8
 
 SEG_P, SEG_Q, SEG_CLS, SEG_PAD = 0, 1, 2, 3
 NO_SPAN_SCORE = -2e6
@@ -113,7 +113,7 @@ def preprocess_with_origin(tokenizer, context: tf.Tensor) -> Dict[str, object]:
     ``origin_end`` ragged int64 [batch, (preprocessed chars)]: preprocessed char k came from original chars
     ``[origin_start[k], origin_end[k])``, ``codepoints`` ragged [batch, (original chars)] and ``num_chars``.
     """
-    context = tf.convert_to_tensor(context, tf.string)
+    context = assert_utf8(context)
     cps = tf.strings.unicode_decode(context, "UTF-8", errors="replace")
     rows, pos = _row_positions(cps)
     flat = cps.flat_values
