@@ -224,11 +224,23 @@ def build_hf(spec):
 
 def worker(spec_json: str) -> None:
     spec = json.loads(spec_json)
-    step, parts, jit = (build_ours if spec["impl"] == "ours" else build_hf)(spec)
+    if spec.get("serving"):
+        serve, jit = build_serving(spec), None
+        with open(spec["texts"]) as f:
+            texts = json.load(f)
+    else:
+        step, parts, jit = (build_ours if spec["impl"] == "ours" else build_hf)(spec)
     print(f"{PROTO}READY " + json.dumps({"jit": jit}), flush=True)
     for line in sys.stdin:
-        cmd = line.split()
-        if cmd[0] == "step":
+        cmd = line.split(maxsplit=4)
+        if cmd[0] == "serve":
+            L, batch, calls, name = int(cmd[1]), int(cmd[2]), int(cmd[3]), json.loads(cmd[4])
+            chunks = [texts[name][i * batch:(i + 1) * batch] for i in range(calls)]
+            t = time.perf_counter()
+            probs = [p for c in chunks for p in serve(L, c).tolist()]
+            print(f"{PROTO}SERVED " + json.dumps({"seconds": time.perf_counter() - t, "probabilities": probs}),
+                  flush=True)
+        elif cmd[0] == "step":
             t = time.perf_counter()
             step()
             print(f"{PROTO}TIME {time.perf_counter() - t!r}", flush=True)
@@ -252,6 +264,7 @@ def worker(spec_json: str) -> None:
 class Worker:
     def __init__(self, spec, log):
         self.impl = spec["impl"]
+        self.label = spec["impl"] + (f" {spec['threads']}t" if "threads" in spec else "")
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
                                      bufsize=1, cwd=ROOT)
@@ -306,42 +319,96 @@ def epoch_table(plans, times, first, L):
     return rows, {impl: {T: round(v, 4) for T, v in m.items()} for impl, m in med.items()}, compile_s
 
 
-def serving(config, tok, sets, reps):
-    """Texts/s from raw text through our export's serving function (in-graph tokenizer, batch padded to its
-    longest) against the same function padding every batch to max_seq_length (the previous export)."""
+# ================================================================================================ serving
+SERVE_BATCHES = {128: ((1, 24), (32, 3)), 512: ((1, 8), (32, 1))}  # (batch size, calls) per max_seq_length
+
+
+def make_serving_models(config, tok, workdir):
+    """One random XLNet-Base classifier (``last`` summary, 2 labels), exported as our SavedModels (L 128 and 512,
+    in-graph tokenizer) and as a HuggingFace directory (``save_pretrained(format="huggingface")``): the same
+    weights on both sides."""
     import tensorflow as tf
 
     from heads.classification import ClassificationHead
-    from tasks.classification.serving import ClassifierServing, classification_features
+    from tasks.classification.serving import ClassifierServing
     from xlnet_tf import XLNetConfig
     from xlnet_tf.task_model import TaskModel
 
     cfg = XLNetConfig(n_token=32000, ff_activation="gelu", untie_r=True, dropout=0.0, dropatt=0.0, **config)
     model = TaskModel(cfg, ClassificationHead(cfg.d_model, 2, n_head=cfg.n_head, d_head=cfg.d_head), seed=1)
+    model.build_with({k: tf.zeros([1, 8], tf.int32) for k in ("input_ids", "segment_ids", "padding_mask")})
+    dirs = {"hf": os.path.join(workdir, "hf")}
+    model.save_pretrained(dirs["hf"], format="huggingface")
+    for L in SERVE_BATCHES:
+        dirs[L] = ClassifierServing(model, tok, L, label_names=["0", "1"]).export(os.path.join(workdir, f"ours_{L}"))
+    return dirs
+
+
+def build_serving(spec):
+    """serve(L, texts) -> probabilities [n, 2] for one call, from raw text."""
+    import numpy as np
+
+    if spec["impl"] == "ours":
+        import tensorflow as tf
+        import tensorflow_text  # noqa: F401  (registers the SentencePiece op, as a serving process does)
+
+        fns = {L: tf.saved_model.load(spec["dirs"][str(L)]).signatures["serving_default"] for L in SERVE_BATCHES}
+        return lambda L, texts: fns[L](text_a=tf.constant(texts))["probabilities"].numpy()
+    import torch
+    import transformers
+
+    torch.set_num_threads(spec["threads"])
+    tok = transformers.XLNetTokenizer(spec["spm"])  # XLNet's tokenizer pads on the left, ends A <sep> <cls>
+    model = transformers.XLNetForSequenceClassification.from_pretrained(spec["dirs"]["hf"]).eval()
+    model.config.use_mems_eval = False  # no memory returned (the pipeline cannot batch-split its tuple)
+    if spec["impl"] == "hf_pipeline":
+        pipe = transformers.pipeline("text-classification", model=model, tokenizer=tok, device="cpu", top_k=None)
+
+        def serve(L, texts):
+            out = pipe(texts, batch_size=len(texts), truncation=True, max_length=L)
+            return np.array([[d["score"] for d in sorted(o, key=lambda d: d["label"])] for o in out])
+        return serve
+
+    def serve(L, texts):
+        with torch.inference_mode():
+            enc = tok(texts, padding="max_length" if spec["impl"] == "hf_fixed" else "longest", truncation=True,
+                      max_length=L, return_tensors="pt")
+            return torch.softmax(model(**enc).logits, -1).numpy()
+    return serve
+
+
+def serving(config, tok, sets, reps, workdir, hf_threads, log):
+    """Texts/s from raw text, each implementation in its own worker, the same weights: our SavedModel (each call
+    padded to its longest text) vs HF's tokenizer + model (padded to the longest; and to max_seq_length, the
+    per-token reference) and HF's pipeline; outputs compared before timing; interleaved repetitions."""
+    dirs = make_serving_models(config, tok, workdir)
+    texts_path = os.path.join(workdir, "texts.json")
+    with open(texts_path, "w") as f:
+        json.dump({name: texts for name, (texts, L) in sets.items()}, f)
+    specs = [dict(impl="ours")] + [dict(impl=i, threads=t) for t in hf_threads
+                                   for i in ("hf", "hf_pipeline", "hf_fixed")]
+    workers = [Worker(dict(spec, serving=True, dirs={str(k): v for k, v in dirs.items()}, texts=texts_path,
+                           spm=os.path.join(shared_dir(), "spiece", "spiece.model")), log) for spec in specs]
     rows = {}
     for name, (texts, L) in sets.items():
-        model.build_with({k: tf.zeros([1, L], tf.int32) for k in ("input_ids", "segment_ids", "padding_mask")})
-        sv = ClassifierServing(model, tok, L, label_names=["0", "1"])
-        dynamic = sv.text_fn(pair=False)
-        spec = tf.TensorSpec([None], tf.string)
-        fixed = tf.function(lambda t: sv._outputs(classification_features(
-            sv.tokenizer.tokenize(t), None, L, sv.sep_id, sv.cls_id, length=L)), input_signature=[spec])
-        for batch, n_batches in (((1, 24), (32, 3)) if L <= 128 else ((1, 8), (32, 1))):
-            chunks = [tf.constant(texts[i * batch:(i + 1) * batch]) for i in range(n_batches)]
-            diff = 0.0
-            for c in chunks:  # warm-up: every padded length of these calls compiled once, outputs compared
-                a, b = dynamic(c)["probabilities"].numpy(), fixed(c)["probabilities"].numpy()
-                diff = max(diff, float(abs(a - b).max()))
-            per = {"dynamic": [], "fixed": []}
-            for _ in range(reps):  # interleaved
-                for key, fn in (("dynamic", dynamic), ("fixed", fixed)):
-                    t0 = time.perf_counter()
-                    for c in chunks:
-                        fn(c)
-                    per[key].append(batch * n_batches / (time.perf_counter() - t0))
-            rows[f"{name}, batch {batch}"] = {k: round(statistics.median(v), 2) for k, v in per.items()}
-            rows[f"{name}, batch {batch}"]["max_prob_diff"] = diff
-            print(f"serving {name} batch {batch}: {rows[f'{name}, batch {batch}']}", flush=True)
+        for batch, calls in SERVE_BATCHES[L]:
+            cmd = f"serve {L} {batch} {calls} {json.dumps(name)}"
+            ref = None
+            diffs = {}
+            for w in workers:  # warm-up: every padded length met once; outputs compared with ours
+                probs = json.loads(w.ask(cmd, "SERVED"))["probabilities"]
+                ref = probs if ref is None else ref
+                diffs[w.label] = max(abs(a - b) for pa, pb in zip(probs, ref) for a, b in zip(pa, pb))
+            per = {w.label: [] for w in workers}
+            for r in range(reps):
+                for w in (workers if r % 2 == 0 else workers[::-1]):
+                    per[w.label].append(batch * calls / json.loads(w.ask(cmd, "SERVED"))["seconds"])
+            key = f"{name}, batch {batch}"
+            rows[key] = {label: round(statistics.median(v), 2) for label, v in per.items()}
+            rows[key]["max_prob_diff_vs_ours"] = max(diffs.values())
+            print(f"serving {key}: {rows[key]}", flush=True)
+    for w in workers:
+        w.ask("stop", "DONE")
     return rows
 
 
@@ -355,6 +422,9 @@ def main(argv=None) -> int:
     ap.add_argument("--max_seq_length", type=int, default=128)
     ap.add_argument("--serving_reps", type=int, default=3, help="interleaved repetitions of the serving timings "
                     "(0: no serving part)")
+    ap.add_argument("--training", type=int, default=1, help="0: the serving part only")
+    ap.add_argument("--hf_threads", default="2,1", help="torch threads of the HF serving workers (each its own)")
+    ap.add_argument("--workdir", default=os.path.join(ROOT, "recipes_work", "real_lengths"))
     args = ap.parse_args(argv)
     if args.worker:
         worker(args.worker)
@@ -364,12 +434,49 @@ def main(argv=None) -> int:
     config = QUICK if args.quick else BASE
     tok = XLNetTokenizer(os.path.join(shared_dir(), "spiece", "spiece.model"))
     L, B = args.max_seq_length, args.batch
+    name = f"real_lengths{'_quick' if args.quick else ''}"
+    path = os.path.join(HERE, "results", f"{name}.json")
+    out = {}
+    if not args.training and os.path.exists(path):  # keep the training part of the last run
+        with open(path) as f:
+            out = json.load(f)
+    os.makedirs(args.workdir, exist_ok=True)
+    with open(os.path.join(HERE, "results", f"{name}.log"), "w") as log:
+        if args.training:
+            out.update(training_part(config, tok, args, L, B, log))
+        if args.serving_reps:
+            out["serving_texts_per_second"] = serving(
+                config, tok, serving_sets(), args.serving_reps, args.workdir,
+                [int(t) for t in args.hf_threads.split(",")], log)
+    out.update({"config": config, "machine": {"cpu": cpu_model(), "cores": os.cpu_count()},
+                "versions": versions(["tensorflow", "keras", "torch", "transformers"]),
+                "command": " ".join(["python benchmarks/real_lengths.py"] + list(argv or sys.argv[1:]))})
+    write_json(path, out)
+    return 0
+
+
+def serving_sets():
+    """SST-2 dev sentences (L 128) and IMDB test reviews (L 512), raw text."""
+    import csv
+    import tarfile
+
+    with open(os.path.join(shared_dir(), "glue", "SST-2", "dev.tsv"), encoding="utf-8") as f:
+        sst = [r[0] for r in list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]]
+    reviews = []
+    with tarfile.open(os.path.join(shared_dir(), "imdb", "aclImdb_v1.tar.gz"), "r:*") as tar:
+        for m in tar:
+            if m.isfile() and "/test/pos/" in m.name and m.name.endswith(".txt"):
+                reviews.append(tar.extractfile(m).read().decode("utf-8").replace("<br />", " "))
+                if len(reviews) >= 32:
+                    break
+    return {"SST-2 dev, L 128": (sst[:96], 128), "IMDB test, L 512": (reviews, 512)}
+
+
+def training_part(config, tok, args, L, B, log):
     lengths = [min(len(r) + 2, L) for r in sst2_ids(tok)]
     plans = epoch_plans(lengths, B, L)
     grid = sorted({int(x) for x in args.grid.split(",")} | {L})
-    name = f"real_lengths{'_quick' if args.quick else ''}"
-    with open(os.path.join(HERE, "results", f"{name}.log"), "w") as log:
-        times, first, parts, rss, jit = time_grid(config, B, grid, args.reps, log)
+    times, first, parts, rss, jit = time_grid(config, B, grid, args.reps, log)
     rows, med, compile_s = epoch_table(plans, times, first, L)
     ref = rows["hf_grouped"]["epoch_minutes"]
     print(f"\n| sampler | padded tokens / batch | shapes | epoch (min, {len(lengths) // B} batches of {B}) | "
@@ -380,34 +487,12 @@ def main(argv=None) -> int:
               f"{ref / r['epoch_minutes']:.2f}x |")
     print(f"\nstep seconds by padded length (median of {args.reps}): {json.dumps(med)}")
     print(f"ours: compilation per new padded length {compile_s:.2f} s (median); update jit: {jit}")
-    print(f"one step at T=16 by part (s): {json.dumps(parts)}")
-    serve = {}
-    if args.serving_reps:
-        import csv
-        import tarfile
-
-        with open(os.path.join(shared_dir(), "glue", "SST-2", "dev.tsv"), encoding="utf-8") as f:
-            sst = [r[0] for r in list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]]
-        reviews = []
-        with tarfile.open(os.path.join(shared_dir(), "imdb", "aclImdb_v1.tar.gz"), "r:*") as tar:
-            for m in tar:
-                if m.isfile() and "/test/pos/" in m.name and m.name.endswith(".txt"):
-                    reviews.append(tar.extractfile(m).read().decode("utf-8").replace("<br />", " "))
-                    if len(reviews) >= 96:
-                        break
-        serve = serving(config, tok, {"SST-2 dev, L 128": (sst, 128), "IMDB test, L 512": (reviews, 512)},
-                        args.serving_reps)
-    out = {"config": config, "batch": B, "max_seq_length": L, "train_examples": len(lengths),
-           "real_tokens_per_example": round(statistics.mean(lengths), 2), "epochs": rows,
-           "step_seconds_by_length": med, "first_step_seconds_by_length": first,
-           "ours_compile_seconds_per_length": round(compile_s, 3), "ours_update_jit": jit,
-           "step_parts_seconds_T16": parts, "peak_rss_mb": rss, "reps": args.reps,
-           "serving_texts_per_second": serve,
-           "machine": {"cpu": cpu_model(), "cores": os.cpu_count()},
-           "versions": versions(["tensorflow", "keras", "torch", "transformers"]),
-           "command": "python benchmarks/real_lengths.py" + (" --quick" if args.quick else "")}
-    write_json(os.path.join(HERE, "results", f"{name}.json"), out)
-    return 0
+    print(f"one step at T=16 by part (s): {json.dumps(parts)}", flush=True)
+    return {"batch": B, "max_seq_length": L, "train_examples": len(lengths),
+            "real_tokens_per_example": round(statistics.mean(lengths), 2), "epochs": rows,
+            "step_seconds_by_length": med, "first_step_seconds_by_length": first,
+            "ours_compile_seconds_per_length": round(compile_s, 3), "ours_update_jit": jit,
+            "step_parts_seconds_T16": parts, "peak_rss_mb": rss, "reps": args.reps}
 
 
 if __name__ == "__main__":
