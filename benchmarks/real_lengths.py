@@ -13,7 +13,9 @@ step (forward, loss, backward, clipping, AdamW update; dropout 0.1) at the batch
    spiece.model, ``A <sep> <cls>``) and yields its padded lengths:
    * ``ours_fixed``: every batch [32, 128] (the TFRecords' layout);
    * ``ours_m{1,2,4,8}``: ``--length_buckets`` (``data/lengths.py``): examples grouped by their length rounded
-     up to a multiple of m, each batch padded to that length;
+     up to a multiple of m, each batch padded to that length (m = 8 is what the trainer does,
+     ``xlnet_tf.export.LENGTH_MULTIPLE``; 1, 2 and 4 show what a finer rounding would cost: fewer padded tokens,
+     more lengths to compile);
    * ``hf_dynamic``: random batches padded to their longest (``Trainer`` + ``DataCollatorWithPadding``);
    * ``hf_grouped``: the same with ``group_by_length`` (mega-batches of 50 batches sorted by length).
 2. **Step time by padded length**: each implementation in its OWN worker process (two frameworks' thread pools
@@ -284,19 +286,18 @@ class Worker:
 
 def time_grid(config, batch, grid, reps, log):
     """{impl: {T: [seconds...]}}, {impl: {T: first-step seconds}}, {impl: parts at T=16}, {impl: peak RSS}."""
-    schedule = [T for T in grid for _ in range(2)] + [T for _ in range(reps) for T in grid]
+    schedule = list(grid) + [T for _ in range(reps) for T in grid]  # a warm-up step at each length, then rounds
     workers = [Worker(dict(impl=impl, config=config, batch=batch, schedule=schedule), log) for impl in ("ours", "hf")]
     times = {w.impl: {T: [] for T in grid} for w in workers}
     first = {w.impl: {} for w in workers}
     for i, T in enumerate(schedule):
         for w in (workers if i % 2 == 0 else workers[::-1]):  # interleaved, alternating who goes first
             sec = float(w.ask("step", "TIME"))
-            if i < 2 * len(grid):
-                if i % 2 == 0:
-                    first[w.impl][T] = sec  # first step at this length: ours compiles its XLA clusters
+            if i < len(grid):
+                first[w.impl][T] = sec  # first step at this length: ours compiles its XLA clusters
                 continue
             times[w.impl][T].append(sec)
-        if i >= 2 * len(grid):
+        if i >= len(grid):
             print(f"T={T}: " + ", ".join(f"{w.impl} {times[w.impl][T][-1]:.3f}s" for w in workers
                                           if times[w.impl][T]), flush=True)
     parts = {w.impl: json.loads(w.ask(f"parts 16 {max(reps, 3)}", "PARTS")) for w in workers}

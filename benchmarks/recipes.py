@@ -29,7 +29,7 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Sequence
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -190,8 +190,9 @@ def run_cli(args: List[str], log_path: str) -> float:
     return time.time() - t0
 
 
-def run_recipe(r: Recipe, work: str, mode: str, config_path: str) -> Dict:
-    out = os.path.join(work, mode, r.name.replace(">", ""))
+def run_recipe(r: Recipe, work: str, mode: str, config_path: str, seed: Optional[int] = None,
+               flags: Sequence[str] = ()) -> Dict:
+    out = os.path.join(work, mode, r.name.replace(">", "") + ("" if seed is None else f"-seed{seed}"))
     shutil.rmtree(out, ignore_errors=True)
     steps = r.steps[mode]
     init = []
@@ -212,7 +213,9 @@ def run_recipe(r: Recipe, work: str, mode: str, config_path: str) -> Dict:
         f"--output_dir={out}", f"--cache_dir={os.path.join(work, 'cache', r.name.split('>')[-1])}",
         f"--train_batch_size={r.batch}", f"--train_steps={steps}", f"--warmup_steps={steps // 10}",
         f"--learning_rate={r.lr}", f"--save_steps={steps}", "--eval_batch_size=64", "--progress=false",
-        "--do_train", "--do_predict" if r.script == "run_squad.py" else "--do_eval"] + r.extra
+        "--do_train", "--do_predict" if r.script == "run_squad.py" else "--do_eval"] + r.extra + list(flags)
+    if seed is not None:
+        args.append(f"--seed={seed}")
     log(f"{r.name}: {steps} steps of {r.batch} at length {L}")
     seconds = run_cli(args, os.path.join(out + ".log"))
     with open(os.path.join(out, "eval_results.json"), encoding="utf-8") as f:
@@ -248,7 +251,12 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="comma-separated recipe names (default: all)")
     ap.add_argument("--workdir", default=os.path.join(ROOT, "recipes_work"), help="features and runs")
     ap.add_argument("--output", default=None, help="results json (default results/recipes[_quick].json)")
+    ap.add_argument("--seeds", default="", help="comma-separated --seed values: each recipe once per seed "
+                    "(rows NAME@SEED; default: the scripts' default seed, once)")
+    ap.add_argument("--flags", default="", help="extra flags for every run, space-separated (e.g. "
+                    "'--nolength_buckets')")
     args = ap.parse_args(argv)
+    seeds = [int(x) for x in args.seeds.split(",") if x.strip()] or [None]
     if not os.path.isdir(shared_dir()):
         raise SystemExit(f"real data not available: {shared_dir()} (set SHARED_DATA)")
     mode = "quick" if args.quick else "full"
@@ -265,14 +273,17 @@ def main(argv=None) -> int:
     rows = {}
     for r in RECIPES:
         if not only or r.name in only:
-            rows[r.name] = run_recipe(r, work, mode, config_path)
+            for seed in seeds:
+                rows[r.name + ("" if seed is None else f"@{seed}")] = run_recipe(r, work, mode, config_path, seed,
+                                                                                  args.flags.split())
     total = time.time() - t0
     print(table(rows))
     result = {"mode": mode, "model": dict(MODELS[mode], **COMMON), "recipes": rows, "total_seconds": round(total, 1),
               "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "python": platform.python_version()},
               "versions": versions(["tensorflow", "tensorflow-text", "keras"]),
               "command": "python benchmarks/recipes.py" + (" --quick" if args.quick else "")
-                         + (f" --only={args.only}" if only else "")}
+                         + (f" --only={args.only}" if only else "") + (f" --seeds={args.seeds}" if args.seeds else "")
+                         + (f" --flags='{args.flags}'" if args.flags else "")}
     if not only or args.output:
         write_json(args.output or os.path.join(RESULTS, f"recipes{'_quick' if args.quick else ''}.json"), result)
     print(json.dumps({k: {"metric": v["metric"], "value": v["value"], "baseline": v["baseline"],
