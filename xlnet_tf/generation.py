@@ -95,40 +95,53 @@ def next_token_logits(model, input_ids, padding_mask=None, mems=None, mem_paddin
     return logits, [h[:, :qlen] for h in out["hidden_states"][:model.n_layer]]
 
 
-def choose(logits, step, options: GenerationOptions, sampling):
-    """The next ids [b] from logits [b, V]: argmax, or a draw after temperature, top-k and top-p (HF's order).
-    ``sampling``: (temperature, top_k, top_p, seed) tensors, so one trace serves every value."""
-    if not options.do_sample:
+# The options the compiled loop reads as tensors (one trace serves every value): name -> dtype.
+CONTROLS = {"max_new_tokens": tf.int32, "temperature": tf.float32, "top_k": tf.int32, "top_p": tf.float32,
+            "seed": tf.int64, "eos_id": tf.int32, "pad_id": tf.int32, "mem_len": tf.int32}
+CONTROL_SPECS = {k: tf.TensorSpec([], d, name=k) for k, d in CONTROLS.items()}
+
+
+def controls(options: GenerationOptions) -> dict:
+    """The options as the loop's scalar tensors (``eos_id`` -1 = none, ``mem_len`` 0 = keep all)."""
+    values = dataclasses.asdict(options)
+    values["eos_id"] = -1 if options.eos_id is None else options.eos_id
+    values["mem_len"] = options.mem_len or 0
+    return {k: tf.constant(values[k], d) for k, d in CONTROLS.items()}
+
+
+def choose(logits, step, do_sample: bool, c: dict):
+    """The next ids [b] from logits [b, V]: argmax, or a draw after temperature, top-k and top-p (HF's order)."""
+    if not do_sample:
         return tf.argmax(logits, axis=-1, output_type=tf.int32)
-    temperature, top_k, top_p, seed = sampling
-    logits = logits / tf.cast(temperature, logits.dtype)
+    minus_inf = tf.constant(-np.inf, logits.dtype)
+    logits = logits / tf.cast(c["temperature"], logits.dtype)
     vocab = tf.shape(logits)[-1]
     ordered = tf.sort(logits, axis=-1, direction="DESCENDING")
-    k = tf.where(top_k > 0, tf.minimum(top_k, vocab), vocab)
+    k = tf.where(c["top_k"] > 0, tf.minimum(c["top_k"], vocab), vocab)
     kth = tf.gather(ordered, k - 1, axis=-1)[:, None]  # ties with the k-th are kept, as HF
-    logits = tf.where(logits < kth, tf.constant(-np.inf, logits.dtype), logits)
-    ordered = tf.where(ordered < kth, tf.constant(-np.inf, logits.dtype), ordered)
+    logits = tf.where(logits < kth, minus_inf, logits)
+    ordered = tf.where(ordered < kth, minus_inf, ordered)
     # top-p: the most likely tokens whose mass before them is < p (at least one)
     before = tf.cumsum(tf.nn.softmax(ordered, axis=-1), axis=-1, exclusive=True)
-    kept = tf.reduce_sum(tf.cast(before < tf.cast(top_p, before.dtype), tf.int32), axis=-1)
+    kept = tf.reduce_sum(tf.cast(before < tf.cast(c["top_p"], before.dtype), tf.int32), axis=-1)
     cutoff = tf.gather(ordered, tf.maximum(kept, 1) - 1, batch_dims=1)[:, None]
-    logits = tf.where(logits < cutoff, tf.constant(-np.inf, logits.dtype), logits)
-    step_seed = tf.stack([tf.cast(seed, tf.int64), tf.cast(step, tf.int64)])
+    cutoff = tf.where(c["top_p"] < 1.0, cutoff, minus_inf)
+    logits = tf.where(logits < cutoff, minus_inf, logits)
+    step_seed = tf.stack([tf.cast(c["seed"], tf.int64), tf.cast(step, tf.int64)])
     return tf.cast(tf.random.stateless_categorical(logits, 1, seed=step_seed)[:, 0], tf.int32)
 
 
-def generate_graph(model, input_ids, padding_mask, options: GenerationOptions, sampling=None):
+def generate_graph(model, input_ids, padding_mask, do_sample: bool, c: dict):
     """The whole generation as graph ops (call it inside a ``tf.function``): input_ids, padding_mask [b, P]
-    (left-padded) -> new ids int32 [b, max_new_tokens] (``pad_id`` after a row's ``eos_id``)."""
-    o = options
+    (left-padded), the ``controls`` c -> new ids int32 [b, max_new_tokens] (``pad_id`` after a row's
+    ``eos_id``)."""
     input_ids = tf.cast(input_ids, tf.int32)
     padding_mask = tf.cast(padding_mask, tf.int32)
     bsz, plen = tf.shape(input_ids)[0], tf.shape(input_ids)[1]
-    n_new = o.max_new_tokens
+    n_new, pad_id = c["max_new_tokens"], c["pad_id"]
     # Memory slots: every position that ever joins it (the prompt but its last token, then one per later step).
     capacity = tf.maximum(plen - 1 + n_new - 1, 1)
-    if o.mem_len is not None:
-        capacity = tf.minimum(capacity, o.mem_len - 2)
+    capacity = tf.where(c["mem_len"] > 0, tf.minimum(capacity, c["mem_len"] - 2), capacity)
 
     def fit(x, fill):
         """[b, n, ...] -> its last ``capacity`` positions, ``fill`` on the left where it has fewer."""
@@ -137,11 +150,8 @@ def generate_graph(model, input_ids, padding_mask, options: GenerationOptions, s
         return tf.pad(x, pad, constant_values=fill)
 
     def pick(logits, step, finished):
-        ids = choose(logits, step, o, sampling)
-        if o.eos_id is None:
-            return ids, finished
-        ids = tf.where(finished, o.pad_id, ids)
-        return ids, finished | tf.equal(ids, o.eos_id)
+        ids = tf.where(finished, pad_id, choose(logits, step, do_sample, c))
+        return ids, finished | tf.equal(ids, c["eos_id"])
 
     logits, hidden = next_token_logits(model, input_ids, padding_mask)
     first, finished = pick(logits, 0, tf.zeros([bsz], tf.bool))
@@ -162,34 +172,34 @@ def generate_graph(model, input_ids, padding_mask, options: GenerationOptions, s
         return (step + 1, cur, new, finished, out.write(step, new), mem_mask, *mems)
 
     state = (tf.constant(1), input_ids[:, -1], first, finished, out, mem_mask, *mems)
-    state = tf.while_loop(cond, body, state, maximum_iterations=n_new)
+    state = tf.while_loop(cond, body, state)
     step, out = state[0], state[4]
     written = tf.transpose(out.gather(tf.range(step)))  # [b, steps run]
-    return tf.pad(written, [[0, 0], [0, n_new - step]], constant_values=o.pad_id)
+    return tf.pad(written, [[0, 0], [0, n_new - step]], constant_values=pad_id)
 
 
 class Generator:
     """Compiled generation for one model: ``Generator(model)(input_ids, padding_mask, options)`` -> int32
-    [b, max_new_tokens] numpy. One ``tf.function`` per (max_new_tokens, do_sample, eos/pad, mem_len); prompts'
-    shapes and the sampling values (temperature, top_k, top_p, seed) do not retrace."""
+    [b, max_new_tokens] numpy. One ``tf.function`` trace for greedy and one for sampling: prompts' shapes and
+    every other option are tensors of the trace."""
 
     def __init__(self, model):
+        if model.config.bi_data:
+            raise ValueError("generation needs bi_data=False (a pretraining option: load the model with "
+                             "bi_data=False)")
         self.model = model
         self._functions = {}
 
-    def function(self, options: GenerationOptions):
-        key = dataclasses.replace(options, temperature=1.0, top_k=0, top_p=1.0, seed=0)
-        if key not in self._functions:
+    def function(self, do_sample: bool):
+        if do_sample not in self._functions:
             spec = tf.TensorSpec([None, None], tf.int32)
 
-            @tf.function(input_signature=[spec, spec, tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int32),
-                                          tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int64)])
-            def run(input_ids, padding_mask, temperature, top_k, top_p, seed):
-                return generate_graph(self.model, input_ids, padding_mask, key,
-                                      (temperature, top_k, top_p, seed))
+            @tf.function(input_signature=[spec, spec, CONTROL_SPECS])
+            def run(input_ids, padding_mask, c):
+                return generate_graph(self.model, input_ids, padding_mask, do_sample, c)
 
-            self._functions[key] = run
-        return self._functions[key]
+            self._functions[do_sample] = run
+        return self._functions[do_sample]
 
     def __call__(self, input_ids, padding_mask=None, options: Optional[GenerationOptions] = None) -> np.ndarray:
         options = options or GenerationOptions()
@@ -202,11 +212,7 @@ class Generator:
                              f"{input_ids.shape} and {padding_mask.shape}")
         if not padding_mask[:, -1].all():
             raise ValueError("padding_mask: prompts must be left-padded (every row's last position real)")
-        run = self.function(options)
-        out = run(input_ids, padding_mask, tf.constant(options.temperature, tf.float32),
-                  tf.constant(options.top_k, tf.int32), tf.constant(options.top_p, tf.float32),
-                  tf.constant(options.seed, tf.int64))
-        return out.numpy()
+        return self.function(options.do_sample)(input_ids, padding_mask, controls(options)).numpy()
 
     def generate(self, prompts: Sequence[Sequence[int]], options: Optional[GenerationOptions] = None,
                  batch_size: int = 8):
@@ -221,3 +227,68 @@ class Generator:
                     row = row[:row.index(options.eos_id) + 1]
                 results.append(row)
         return results
+
+
+# ---------------------------------------------------------------------------------------------- SavedModel
+class GenerationModule(tf.Module):
+    """A SavedModel over raw text (needs only tensorflow + tensorflow_text to serve):
+
+    * ``generate(text)``: tf.string [b] -> ``text`` tf.string [b] (the continuations, special pieces dropped) and
+      ``ids`` int32 [b, max_new_tokens]; greedy.
+    * ``sample(text, seed, temperature, top_k, top_p)``: the same, sampled.
+
+    Prompts are tokenised in-graph (``TFXLNetTokenizer``, the ids of ``XLNetTokenizer.encode``), their last
+    ``max_prompt_length`` pieces kept, left-padded to a multiple of 8; an empty prompt is read as one ``<eod>``
+    (the start of a document). The ``options`` (``max_new_tokens``, eos/pad, ``mem_len``) are fixed at export.
+    """
+
+    def __init__(self, model, spiece_model_file: str, options: GenerationOptions, lower: bool = False,
+                 max_prompt_length: int = 512):
+        super().__init__(name="xlnet_generation")
+        from xlnet_tf.tokenizer import XLNetTokenizer
+
+        python_tokenizer = XLNetTokenizer(spiece_model_file, lower=lower)
+        self.model = model
+        self.tokenizer = python_tokenizer.tf_tokenizer()
+        self.eod_id = python_tokenizer.eod_id
+        self.options = options
+        self.max_prompt_length = int(max_prompt_length)
+
+    def _run(self, text, do_sample: bool, c: dict):
+        from xlnet_tf.export import batch_length, keep_last, pad_rows
+
+        rows = keep_last(self.tokenizer.tokenize(text), self.max_prompt_length)
+        empty = tf.cast(tf.equal(rows.row_lengths(), 0), tf.int64)  # such rows get one <eod>
+        eod = tf.RaggedTensor.from_row_lengths(tf.fill([tf.reduce_sum(empty)], self.eod_id), empty)
+        rows = tf.concat([tf.cast(eod, rows.dtype), rows], axis=1)
+        length = batch_length(rows, self.max_prompt_length)
+        ids = pad_rows(rows, length, self.options.pad_id, left=True)
+        mask = pad_rows(tf.ones_like(rows), length, 0, left=True)
+        new = generate_graph(self.model, ids, mask, do_sample, c)
+        return {"text": self.tokenizer.detokenize(new), "ids": new}
+
+    def signatures(self):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+        def generate(text):
+            return self._run(text, False, controls(self.options))
+
+        sampled = ("seed", "temperature", "top_k", "top_p")
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")]
+                     + [CONTROL_SPECS[k] for k in sampled])
+        def sample(text, seed, temperature, top_k, top_p):
+            c = dict(controls(self.options), seed=seed, temperature=temperature, top_k=top_k, top_p=top_p)
+            return self._run(text, True, c)
+
+        self.generate, self.sample = generate, sample
+        return {"generate": generate, "sample": sample}
+
+
+def export_generator(model, spiece_model_file: str, export_dir: str, options: GenerationOptions,
+                     lower: bool = False, max_prompt_length: int = 512) -> str:
+    """Writes the ``GenerationModule`` SavedModel atomically (``export.save_atomically``)."""
+    from xlnet_tf.export import save_atomically
+
+    Generator(model)  # the same checks as in-process generation
+    module = GenerationModule(model, spiece_model_file, options, lower=lower, max_prompt_length=max_prompt_length)
+    return save_atomically(module, export_dir, module.signatures())
