@@ -61,8 +61,6 @@ def read_prompts(F):
 
 def main(_):
     F = FLAGS
-    from xlnet_tf.generation import GenerationOptions
-
     if F.output_file and not F.output_file.endswith(".jsonl"):
         raise ValueError(f"--output_file: expected a .jsonl path, got {F.output_file!r}")
     if F.batch_size < 1 or F.max_prompt_length < 1:
@@ -72,6 +70,8 @@ def main(_):
     if not F.init_checkpoint:
         raise ValueError("--init_checkpoint is required")
     tokenizer = run_common.tokenizer(F)
+    from xlnet_tf.generation import GenerationOptions  # TensorFlow: after the checks above
+
     try:
         options = GenerationOptions(max_new_tokens=F.max_new_tokens, do_sample=F.do_sample,
                                     temperature=F.temperature, top_k=F.top_k, top_p=F.top_p, seed=F.seed,
