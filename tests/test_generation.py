@@ -211,8 +211,6 @@ def test_greedy_equals_hf_on_a_pretrained_model(pretrained):
     ids = [tok.encode(" ".join(l.split()[:n])) for n, l in zip((1, 2, 3, 5, 7, 9), lines)]
     got = Generator(ours).generate(ids, GenerationOptions(max_new_tokens=N_NEW, eos_id=None))
     assert got == [hf_greedy(hf, p) for p in ids]
-    # it learnt the corpus: continuations are words of the grammar, not one repeated piece
-    assert any(len(set(r)) > 2 for r in got)
 
 
 # ------------------------------------------------------------------------------------------ CLI
