@@ -157,8 +157,8 @@ def generate_graph(model, input_ids, padding_mask, do_sample: bool, c: dict):
     first, finished = pick(logits, 0, tf.zeros([bsz], tf.bool))
     mems = [fit(h[:, :-1], 0.0) for h in hidden]
     mem_mask = fit(padding_mask[:, :-1], 0)
-    out = tf.TensorArray(tf.int32, size=n_new, element_shape=tf.TensorShape([None]))
-    out = out.write(0, first)
+    columns = tf.range(n_new)[None, :]
+    out = tf.where(tf.equal(columns, 0), first[:, None], tf.fill(tf.stack([bsz, n_new]), pad_id))  # [b, n_new]
 
     def cond(step, prev, cur, finished, out, mem_mask, *mems):
         return (step < n_new) & tf.logical_not(tf.reduce_all(finished))
@@ -169,13 +169,11 @@ def generate_graph(model, input_ids, padding_mask, do_sample: bool, c: dict):
         new, finished = pick(logits, step, finished)
         mems = [tf.concat([m[:, 1:], tf.cast(h[:, :1], m.dtype)], axis=1) for m, h in zip(mems, hidden)]
         mem_mask = tf.concat([mem_mask[:, 1:], tf.ones([bsz, 1], tf.int32)], axis=1)
-        return (step + 1, cur, new, finished, out.write(step, new), mem_mask, *mems)
+        out = tf.where(tf.equal(columns, step), new[:, None], out)
+        return (step + 1, cur, new, finished, out, mem_mask, *mems)
 
     state = (tf.constant(1), input_ids[:, -1], first, finished, out, mem_mask, *mems)
-    state = tf.while_loop(cond, body, state)
-    step, out = state[0], state[4]
-    written = tf.transpose(out.gather(tf.range(step)))  # [b, steps run]
-    return tf.pad(written, [[0, 0], [0, n_new - step]], constant_values=pad_id)
+    return tf.while_loop(cond, body, state)[4]
 
 
 class Generator:
