@@ -35,7 +35,8 @@ DUMMY_ID = 0  # HF's placeholder id; nothing reads its content (perm_mask hides 
 @dataclasses.dataclass(frozen=True)
 class GenerationOptions:
     """``max_new_tokens``; ``do_sample`` (False: greedy); sampling: ``temperature`` > 0, ``top_k`` (0 = off),
-    ``top_p`` in (0, 1] (1 = off), ``seed``; ``eos_id`` (None: never stop early) and ``pad_id`` (after eos);
+    ``top_p`` in (0, 1] (1 = off), ``seed``; ``eos_id`` (None: never stop early) and ``pad_id`` (after eos; the
+    defaults are the released spiece.model's </s> and <pad>);
     ``mem_len``: None keeps all memory, m >= 3 keeps the last m - 2 positions (HF's ``config.mem_len``)."""
     max_new_tokens: int = 20
     do_sample: bool = False
