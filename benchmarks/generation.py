@@ -105,7 +105,8 @@ def main():
             rows.append(row)
             print(f"prompt {plen:4d} batch {bsz}: ours {row['ours_tok_s']:8.1f} tok/s  HF {row['hf_tok_s']:8.1f} "
                   f"tok/s  x{row['speedup']:.2f}  same ids: {same}", flush=True)
-    print("\n| prompt | batch | new tokens | ours tok/s | HF tok/s | speedup | same ids |\n|---|---|---|---|---|---|---|")
+    print("\n| prompt | batch | new tokens | ours tok/s | HF tok/s | speedup | same ids |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['prompt']} | {r['batch']} | {r['new_tokens']} | {r['ours_tok_s']:.1f} | {r['hf_tok_s']:.1f} | "
               f"{r['speedup']:.2f}x | {r['same_ids']} |")
