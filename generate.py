@@ -1,0 +1,114 @@
+"""Continues text prompts with a pretrained XLNet's LM head (``xlnet_tf/generation.py``), greedy or sampled.
+
+    python generate.py --init_checkpoint=DIR --spiece_model_file=spiece.model --prompt="The cat" \
+      --max_new_tokens=32 [--do_sample --temperature=0.8 --top_k=50 --top_p=0.9 --seed=1] [--output_file=OUT.jsonl]
+
+``--init_checkpoint``: any format ``XLNetModel.from_pretrained`` reads (original TF1 checkpoint with
+``xlnet_config.json`` or ``--model_config_path``, HuggingFace directory, our own). ``--input_file``: one prompt a
+line (blank lines skipped). A prompt is its SentencePiece pieces alone: no special tokens and no filler text
+(HF's pipeline prepends one); the ids equal HF's ``generate`` on the same ids. Each continuation is printed;
+``--output_file`` gets one JSON object per prompt: ``prompt``, ``prompt_ids``, ``generated_ids`` (up to and
+including ``</s>`` when generated), ``generated_text``. ``--export_dir`` writes a SavedModel with the
+``generate`` (greedy) and ``sample`` signatures over raw text.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from absl import app, flags
+
+import run_common
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("init_checkpoint", None, "Original TF1 checkpoint (dir or prefix), HuggingFace dir or ours.")
+flags.DEFINE_string("model_config_path", None, "XLNetConfig json (default: the config next to --init_checkpoint).")
+flags.DEFINE_string("spiece_model_file", None, "SentencePiece model.")
+flags.DEFINE_bool("uncased", False, "Lower-case the input (uncased models).")
+flags.DEFINE_string("prompt", None, "One prompt.")
+flags.DEFINE_string("input_file", None, "Prompts, one per line.")
+flags.DEFINE_string("output_file", None, "Where the results go (.jsonl).")
+flags.DEFINE_string("export_dir", None, "Write a SavedModel generating from raw text here.")
+flags.DEFINE_integer("max_new_tokens", 20, "New tokens per prompt.")
+flags.DEFINE_bool("do_sample", False, "Sample (default: greedy).")
+flags.DEFINE_float("temperature", 1.0, "Sampling temperature (> 0).")
+flags.DEFINE_integer("top_k", 0, "Sample among the k most likely tokens (0 = all).")
+flags.DEFINE_float("top_p", 1.0, "Sample among the most likely tokens holding this mass (1 = all).")
+flags.DEFINE_integer("seed", 0, "Sampling seed (same seed, same ids).")
+flags.DEFINE_integer("mem_len", None, "Memory kept in positions + 2 (HF's mem_len; default: all).")
+flags.DEFINE_integer("batch_size", 8, "Prompts per batch.")
+flags.DEFINE_integer("max_prompt_length", 512, "Longer prompts keep their last pieces.")
+
+
+def read_prompts(F):
+    if bool(F.prompt) == bool(F.input_file):
+        if F.prompt and F.input_file:
+            raise ValueError("--prompt and --input_file: give one, not both")
+        if not F.export_dir:
+            raise ValueError("--prompt or --input_file is required (or --export_dir alone)")
+        return []
+    if F.prompt:
+        return [F.prompt]
+    if not os.path.isfile(F.input_file):
+        raise FileNotFoundError(f"--input_file: {F.input_file} not found")
+    with open(F.input_file, encoding="utf-8") as f:
+        prompts = [line.rstrip("\n") for line in f if line.strip()]
+    if not prompts:
+        raise ValueError(f"--input_file: {F.input_file}: no prompts (expected one per line)")
+    return prompts
+
+
+def main(_):
+    F = FLAGS
+    if F.output_file and not F.output_file.endswith(".jsonl"):
+        raise ValueError(f"--output_file: expected a .jsonl path, got {F.output_file!r}")
+    if F.batch_size < 1 or F.max_prompt_length < 1:
+        raise ValueError(f"--batch_size and --max_prompt_length: expected >= 1, got {F.batch_size} and "
+                         f"{F.max_prompt_length}")
+    prompts = read_prompts(F)
+    if not F.init_checkpoint:
+        raise ValueError("--init_checkpoint is required")
+    tokenizer = run_common.tokenizer(F)
+    from xlnet_tf.generation import GenerationOptions  # TensorFlow: after the checks above
+
+    try:
+        options = GenerationOptions(max_new_tokens=F.max_new_tokens, do_sample=F.do_sample,
+                                    temperature=F.temperature, top_k=F.top_k, top_p=F.top_p, seed=F.seed,
+                                    eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id, mem_len=F.mem_len)
+    except ValueError as e:
+        raise ValueError(f"--{e}") from None
+    ids = [tokenizer.encode(p)[-F.max_prompt_length:] for p in prompts]
+    for n, (p, i) in enumerate(zip(prompts, ids), 1):
+        if not i:
+            raise ValueError(f"prompt {n} ({p[:40]!r}): no pieces after tokenisation")
+
+    from xlnet_tf import XLNetConfig, XLNetModel
+    from xlnet_tf.generation import Generator, export_generator
+
+    run = dict(dropout=0.0, dropatt=0.0, bi_data=False)
+    config = XLNetConfig.from_json_file(F.model_config_path, **run) if F.model_config_path else None
+    model = XLNetModel.from_pretrained(F.init_checkpoint, config=config, **({} if config else run))
+    if model.config.n_token < tokenizer.vocab_size:
+        raise ValueError(f"--spiece_model_file: {tokenizer.vocab_size} pieces, more than the model's "
+                         f"{model.config.n_token} tokens")
+    if prompts:
+        results = Generator(model).generate(ids, options, batch_size=F.batch_size)
+        rows = [{"prompt": p, "prompt_ids": i, "generated_ids": g, "generated_text": tokenizer.decode(g)}
+                for p, i, g in zip(prompts, ids, results)]
+        for row in rows:
+            print(f"{row['prompt']}\n  -> {row['generated_text']}")
+        if F.output_file:
+            from xlnet_tf.fileutil import atomic_write
+
+            with atomic_write(F.output_file) as f:
+                for row in rows:
+                    f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    if F.export_dir:
+        export_generator(model, F.spiece_model_file, F.export_dir, options, lower=F.uncased,
+                         max_prompt_length=F.max_prompt_length)
+        print(f"SavedModel written to {F.export_dir}")
+
+
+if __name__ == "__main__":
+    app.run(run_common.main_wrapper(main))

@@ -1,0 +1,304 @@
+"""Generation (xlnet_tf/generation.py): greedy ids equal to HuggingFace's ``XLNetLMHeadModel.generate`` on the same
+weights, sampling reproducible, the CLI ``generate.py`` and the SavedModel's ``generate`` signature.
+
+Weights: (a) a random tiny HF model (initializer 0.2, so attention and memory matter) saved as an HF directory
+and read by ``from_pretrained``; (b) a tiny model pretrained by ``run_pretrain.py`` (started in the background at
+the first test) and written into an HF model by a test-local converter (the reverse of checkpoint's HF name map).
+Prompts: 20 WikiText-2 sentences of 3 to 60+ pieces, tokenised with the released spiece.model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from tests.conftest import shared_path  # noqa: E402
+from tests.test_run_safety import error_line  # noqa: E402
+from xlnet_tf import XLNetModel, XLNetTokenizer  # noqa: E402
+from xlnet_tf.generation import GenerationOptions, Generator, left_pad, next_token_logits  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+N_NEW = 8
+
+
+def _env():
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+
+
+def hf_greedy(hf, prompt, n_new=N_NEW, **kw):
+    """HF's greedy continuation of one prompt (its ids only)."""
+    with torch.no_grad():
+        out = hf.generate(torch.tensor([prompt]), max_new_tokens=n_new, do_sample=False, **kw)
+    return out[0, len(prompt):].tolist()
+
+
+@pytest.fixture(scope="module")
+def spm():
+    return shared_path("spiece", "spiece.model")
+
+
+@pytest.fixture(scope="module")
+def prompts(spm):
+    tok = XLNetTokenizer(spm)
+    lines = [l.strip() for l in open(shared_path("text", "wikitext2-valid.tokens"), encoding="utf-8")
+             if len(l.split()) > 40 and not l.strip().startswith("=")]
+    texts = [" ".join(l.split()[:1 + 2 * i]) for i, l in enumerate(lines[:20])]
+    return texts, [tok.encode(t) for t in texts]
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory):
+    torch.manual_seed(0)
+    cfg = transformers.XLNetConfig(vocab_size=32000, d_model=32, n_layer=2, n_head=2, d_inner=64,
+                                   ff_activation="gelu_new", untie_r=True, dropout=0.0, mem_len=None,
+                                   initializer_range=0.2)
+    d = tmp_path_factory.mktemp("hf")
+    transformers.XLNetLMHeadModel(cfg).save_pretrained(str(d))
+    return d
+
+
+@pytest.fixture(scope="module")
+def hf(hf_dir):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # HF's generate is dominated by per-op overhead: threads only contend here
+    yield transformers.XLNetLMHeadModel.from_pretrained(str(hf_dir)).eval()
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def gen(hf_dir):
+    return Generator(XLNetModel.from_pretrained(str(hf_dir), dropout=0.0, dropatt=0.0))
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    """run_pretrain.py for a few steps on test_pretrain's tiny corpus, in the background."""
+    from tests import test_pretrain as tp
+
+    work = tp.make_workdir(str(tmp_path_factory.mktemp("pretrain")))
+    out = str(tmp_path_factory.mktemp("run"))
+    tp.tiny_config(n_token=60).to_json_file(os.path.join(out, "config.json"))
+    args = [sys.executable, os.path.join(ROOT, "run_pretrain.py"), f"--train_input={work['corpus']}",
+            "--train_spm", "--vocab_size=48", "--model_config_path=" + os.path.join(out, "config.json"),
+            f"--seq_len={tp.SEQ}", f"--reuse_len={tp.REUSE}", f"--mem_len={tp.MEM}",
+            f"--num_predict={tp.PREDICT}", "--perm_size=8", "--train_batch_size=4", "--train_steps=6",
+            "--learning_rate=3e-3", "--iterations=3", "--dropout=0.0", "--dropatt=0.0", "--jit=false",
+            f"--model_dir={out}/train", f"--output_dir={out}/pretrained", "--progress=false"]
+    proc = subprocess.Popen(args, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    yield {"proc": proc, "dir": os.path.join(out, "pretrained"), "corpus": work["corpus"]}
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+
+
+def test_start_pretraining(pretrained):
+    assert pretrained["proc"].pid
+
+
+# ------------------------------------------------------------------------------------------ equality with HF
+def test_greedy_equals_hf_on_20_real_prompts(hf, gen, prompts):
+    _, ids = prompts
+    lengths = [len(p) for p in ids]
+    assert len(ids) == 20 and len(set(lengths)) >= 15 and min(lengths) <= 6 and max(lengths) >= 50, lengths
+    ref = [hf_greedy(hf, p) for p in ids]
+    # batches of 8 prompts of mixed lengths (left-padded): each row gets the ids it gets alone in HF
+    got = gen.generate(ids, GenerationOptions(max_new_tokens=N_NEW, eos_id=None), batch_size=8)
+    assert got == ref
+    assert len({tuple(r) for r in ref}) > 10  # the continuations depend on the prompts
+
+
+def test_memory_length_and_eos_as_hf(hf, gen, prompts):
+    """HF's ``config.mem_len = m`` keeps the last m - 2 positions (``mem_len=m`` here); an eos ends a row, pads
+    follow."""
+    _, ids = prompts
+    long = [p for p in ids if len(p) > 30][:3]
+    hf.transformer.mem_len = 6
+    try:
+        ref = [hf_greedy(hf, p, n_new=12) for p in long]
+    finally:
+        hf.transformer.mem_len = None
+    got = gen.generate(long, GenerationOptions(max_new_tokens=12, mem_len=6, eos_id=None))
+    assert got == ref
+    full = gen.generate(long, GenerationOptions(max_new_tokens=12, eos_id=None))
+    assert full != got  # the shorter memory changes the continuations: it is used
+
+    # eos: the first token of the first row's continuation not seen before in it (k >= 1)
+    k = next(i for i, t in enumerate(full[0]) if i > 0 and t not in full[0][:i])
+    eos = full[0][k]
+    ref = [hf_greedy(hf, p, n_new=12, eos_token_id=eos, pad_token_id=5) for p in long]
+    raw = gen(*left_pad(long, 5), GenerationOptions(max_new_tokens=12, eos_id=eos, pad_id=5))
+    assert raw[0, :k + 1].tolist() == full[0][:k + 1] and (raw[0, k + 1:] == 5).all()
+    for row, r in zip(raw.tolist(), ref):  # HF stops when every row has ended; rows are padded to the longest
+        assert row[:len(r)] == r and all(t == 5 for t in row[len(r):])
+
+
+def test_sampling_is_reproducible(gen, prompts):
+    _, ids = prompts
+    few = ids[:4]
+    greedy = gen.generate(few, GenerationOptions(max_new_tokens=N_NEW, eos_id=None))
+
+    def sample(**kw):
+        return gen.generate(few, GenerationOptions(max_new_tokens=N_NEW, eos_id=None, do_sample=True, **kw))
+
+    a, b = sample(seed=1, temperature=2.0), sample(seed=1, temperature=2.0)
+    assert a == b
+    assert sample(seed=2, temperature=2.0) != a
+    assert a != greedy
+    assert sample(seed=3, top_k=1) == greedy  # one candidate left: the argmax
+    assert sample(seed=3, top_p=1e-6) == greedy  # the smallest set reaching p: the argmax alone
+    top3 = sample(seed=4, top_k=3, temperature=5.0)
+    assert top3 != greedy
+    # each first sampled token is among the 3 most likely after its prompt
+    for p, row in zip(few, top3):
+        logits, _ = next_token_logits(gen.model, np.asarray([p], np.int32))
+        assert row[0] in np.argsort(-logits.numpy()[0])[:3]
+    assert gen.function(True).experimental_get_tracing_count() == 1  # the options are tensors of one trace
+
+
+def test_options_are_checked():
+    for bad in (dict(max_new_tokens=0), dict(temperature=0.0), dict(top_p=0.0), dict(top_p=1.5), dict(top_k=-1),
+                dict(mem_len=2)):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            GenerationOptions(**bad)
+
+
+# ------------------------------------------------------------------------------------------ a pretrained model
+def own_to_hf_state_dict(model):
+    """Our backbone as an HF ``XLNetLMHeadModel`` state dict (the reverse of checkpoint._hf_key_map)."""
+    from xlnet_tf.checkpoint import _hf_key_map, backbone_tensors
+
+    keys, state = _hf_key_map(model.config), {}
+    for name, value in backbone_tensors(model).items():
+        hf_keys = keys[name]
+        if len(hf_keys) > 1:  # per-layer biases / seg_embed: stacked in ours, or shared (untie_r=False)
+            parts = value if value.ndim == 4 or (value.ndim == 3 and model.config.untie_r) else [value] * len(hf_keys)
+            for k, v in zip(hf_keys, parts):
+                state[k] = v
+            continue
+        if "/ff/layer_" in name and name.endswith("/kernel"):
+            value = value.T
+        state[hf_keys[0]] = value
+    state = {(k if k.startswith("lm_loss") else "transformer." + k): torch.from_numpy(np.ascontiguousarray(v))
+             for k, v in state.items()}
+    state["lm_loss.weight"] = state["transformer.word_embedding.weight"]
+    return state
+
+
+def test_greedy_equals_hf_on_a_pretrained_model(pretrained):
+    proc = pretrained["proc"]
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    d = pretrained["dir"]
+    ours = XLNetModel.from_pretrained(d, dropout=0.0, dropatt=0.0, bi_data=False)
+    c = ours.config
+    hf_cfg = transformers.XLNetConfig(vocab_size=c.n_token, d_model=c.d_model, n_layer=c.n_layer, n_head=c.n_head,
+                                      d_head=c.d_head, d_inner=c.d_inner, ff_activation="gelu_new",
+                                      untie_r=c.untie_r, dropout=0.0, mem_len=None, reuse_len=None)
+    hf = transformers.XLNetLMHeadModel(hf_cfg).eval()
+    missing, unexpected = hf.load_state_dict(own_to_hf_state_dict(ours), strict=False)
+    assert not unexpected and not missing, (missing, unexpected)
+    tok = XLNetTokenizer(os.path.join(d, "spiece.model"))
+    lines = [l.strip() for l in open(pretrained["corpus"], encoding="utf-8") if l.strip()]
+    ids = [tok.encode(" ".join(l.split()[:n])) for n, l in zip((1, 2, 3, 5, 7, 9), lines)]
+    got = Generator(ours).generate(ids, GenerationOptions(max_new_tokens=N_NEW, eos_id=None))
+    assert got == [hf_greedy(hf, p) for p in ids]
+
+
+# ------------------------------------------------------------------------------------------ CLI
+def cli(args, timeout=600):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "generate.py")] + [str(a) for a in args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout, env=_env())
+
+
+def test_cli_writes_jsonl_equal_to_the_library(hf_dir, gen, spm, prompts, tmp_path):
+    texts, ids = prompts
+    inp = tmp_path / "prompts.txt"
+    inp.write_text("\n".join(texts[:3]) + "\n\n", encoding="utf-8")  # a blank line is skipped
+    out = tmp_path / "out.jsonl"
+    r = cli([f"--init_checkpoint={hf_dir}", f"--spiece_model_file={spm}", f"--input_file={inp}",
+             "--max_new_tokens=5", f"--output_file={out}"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = [json.loads(l) for l in out.read_text(encoding="utf-8").splitlines()]
+    tok = XLNetTokenizer(spm)
+    expect = gen.generate(ids[:3], GenerationOptions(max_new_tokens=5))
+    assert [row["prompt"] for row in rows] == texts[:3]
+    assert [row["generated_ids"] for row in rows] == expect
+    assert [row["generated_text"] for row in rows] == [tok.decode(e) for e in expect]
+    for row in rows:
+        assert row["generated_text"] in r.stdout
+
+    # sampled with a seed: the library's draw for that seed (another process, the same ids)
+    sampled = dict(max_new_tokens=6, do_sample=True, temperature=3.0, top_k=50, top_p=0.9, seed=7)
+    r = cli([f"--init_checkpoint={hf_dir}", f"--spiece_model_file={spm}", f"--prompt={texts[5]}",
+             f"--output_file={out}"] + [f"--{k}" if v is True else f"--{k}={v}" for k, v in sampled.items()])
+    assert r.returncode == 0, r.stderr[-3000:]
+    row = json.loads(out.read_text(encoding="utf-8"))
+    assert row["generated_ids"] == gen.generate([ids[5]], GenerationOptions(**sampled))[0]
+    assert row["generated_ids"] != gen.generate([ids[5]], GenerationOptions(**dict(sampled, seed=8)))[0]
+
+
+def test_cli_refuses_bad_input(hf_dir, spm, tmp_path):
+    base = [f"--init_checkpoint={hf_dir}", f"--spiece_model_file={spm}", "--max_new_tokens=2"]
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n  \n", encoding="utf-8")
+    out = tmp_path / "keep.jsonl"
+    out.write_text("old\n")
+    cases = [
+        ([], "--prompt or --input_file"),
+        (["--prompt=a", f"--input_file={empty}"], "not both"),
+        ([f"--input_file={empty}"], "no prompts"),
+        ([f"--input_file={tmp_path / 'missing.txt'}"], "missing.txt"),
+        (["--prompt=a", f"--output_file={out}", "--top_p=1.5"], "--top_p"),
+        (["--prompt=a", "--init_checkpoint=" + str(tmp_path)], "no checkpoint"),
+    ]
+    for extra, expected in cases:
+        line = error_line(cli(base + extra))
+        assert expected in line, (extra, line)
+    assert out.read_text() == "old\n"  # nothing written over
+
+
+# ------------------------------------------------------------------------------------------ SavedModel
+SERVE = """
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+loaded = tf.saved_model.load(sys.argv[1])
+texts = json.loads(sys.argv[2])
+out = loaded.signatures["generate"](text=tf.constant(texts))
+drawn = loaded.signatures["sample"](text=tf.constant(texts), seed=tf.constant(7, tf.int64),
+                                    temperature=tf.constant(3.0), top_k=tf.constant(50), top_p=tf.constant(0.9))
+print(json.dumps({"text": [t.decode("utf-8") for t in out["text"].numpy()],
+                  "ids": out["ids"].numpy().tolist(), "sampled": drawn["ids"].numpy().tolist(),
+                  "modules": sorted({m.split(".")[0] for m in sys.modules} & {"xlnet_tf", "torch", "transformers",
+                                                                              "sentencepiece"})}))
+"""
+
+
+def test_export_answers_text_in_a_fresh_process(gen, spm, prompts, tmp_path):
+    from xlnet_tf.generation import export_generator
+
+    texts, ids = prompts
+    export_dir = str(tmp_path / "export")
+    export_generator(gen.model, spm, export_dir, GenerationOptions(max_new_tokens=5))
+    pick = [texts[0], texts[7], texts[12]]
+    r = subprocess.run([sys.executable, "-c", SERVE, export_dir, json.dumps(pick)], capture_output=True, text=True,
+                       timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    served = json.loads(r.stdout.strip().splitlines()[-1])
+    assert served["modules"] == []
+    tok = XLNetTokenizer(spm)
+    expect = gen.generate([ids[0], ids[7], ids[12]], GenerationOptions(max_new_tokens=5))
+    assert [row[:len(e)] for row, e in zip(served["ids"], expect)] == expect
+    assert served["text"] == [tok.decode(e) for e in expect]
+    sampled = gen.generate([ids[0], ids[7], ids[12]], GenerationOptions(max_new_tokens=5, do_sample=True, seed=7,
+                                                                       temperature=3.0, top_k=50, top_p=0.9))
+    assert [row[:len(e)] for row, e in zip(served["sampled"], sampled)] == sampled != expect

@@ -1,0 +1,293 @@
+"""Text generation with XLNet's LM head: greedy or sampled, one query-stream prediction per step, with memory.
+
+Each new token is predicted as XLNet predicts in pretraining: a placeholder ("dummy", id 0) is appended after the
+last token, ``perm_mask`` hides it from every position and ``target_mapping`` selects it, so the query stream
+at that position (``mask_emb`` and the position only) reads the tokens before it and the LM head gives the next
+token's logits. The conventions are HuggingFace's ``XLNetLMHeadModel.generate`` (transformers 4.x), so the
+greedy ids are the same on the same weights (``tests/test_generation.py``):
+
+* step 0 runs the whole prompt plus the placeholder; the content-stream inputs of every layer (the memory) are
+  kept for all prompt tokens but the last;
+* every later step runs a window of three positions: the previous token, the newest token and the placeholder
+  (HF's ``offset = 2``: the previous token is recomputed once it can see the newest one), with the memory; the
+  window's first position then joins the memory. A step is a forward pass over 3 positions, not the prefix.
+* ``mem_len=m`` keeps the memory HF keeps with ``config.mem_len = m`` (its last m - 2 positions); ``None``
+  keeps everything (HF's ``mem_len=None``, its released configs).
+
+The memory is a fixed-size buffer per layer, right-aligned (the newest position last, so relative distances are
+those of the unpadded sequence) with a ``mem_padding_mask`` hiding its empty slots and the prompts' left padding:
+the loop is one ``tf.while_loop`` inside one ``tf.function`` with shapes fixed for the whole generation.
+Prompts of different lengths are left-padded (``padding_mask`` 1 = real), which gives each row the ids it gets
+alone. After ``eos_id`` a row continues with ``pad_id`` (as HF); the loop stops when every row has ended.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+DUMMY_ID = 0  # HF's placeholder id; nothing reads its content (perm_mask hides it), so its value does not matter
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerationOptions:
+    """``max_new_tokens``; ``do_sample`` (False: greedy); sampling: ``temperature`` > 0, ``top_k`` (0 = off),
+    ``top_p`` in (0, 1] (1 = off), ``seed``; ``eos_id`` (None: never stop early) and ``pad_id`` (after eos; the
+    defaults are the released spiece.model's </s> and <pad>);
+    ``mem_len``: None keeps all memory, m >= 3 keeps the last m - 2 positions (HF's ``config.mem_len``)."""
+    max_new_tokens: int = 20
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+    eos_id: Optional[int] = 2
+    pad_id: int = 5
+    mem_len: Optional[int] = None
+
+    def __post_init__(self):
+        checks = [
+            ("max_new_tokens", self.max_new_tokens >= 1, ">= 1"),
+            ("temperature", self.temperature > 0, "> 0"),
+            ("top_k", self.top_k >= 0, ">= 0 (0 = off)"),
+            ("top_p", 0 < self.top_p <= 1, "in (0, 1] (1 = off)"),
+            ("mem_len", self.mem_len is None or self.mem_len >= 3, ">= 3 or None (keep all)"),
+        ]
+        for name, ok, expected in checks:
+            if not ok:
+                raise ValueError(f"{name}: expected {expected}, got {getattr(self, name)!r}")
+
+
+def left_pad(prompts: Sequence[Sequence[int]], pad_id: int, multiple: int = 8):
+    """Id lists -> (input_ids, padding_mask) int32 [b, L], left-padded to a multiple of ``multiple`` (a bounded set
+    of shapes). Empty prompts are refused: a prediction needs at least one token before it."""
+    for i, p in enumerate(prompts):
+        if len(p) == 0:
+            raise ValueError(f"prompt {i}: empty (expected at least one token)")
+    if not prompts:
+        raise ValueError("no prompts")
+    longest = max(len(p) for p in prompts)
+    length = -(-longest // multiple) * multiple
+    ids = np.full((len(prompts), length), pad_id, np.int32)
+    mask = np.zeros((len(prompts), length), np.int32)
+    for i, p in enumerate(prompts):
+        ids[i, length - len(p):] = p
+        mask[i, length - len(p):] = 1
+    return ids, mask
+
+
+def next_token_logits(model, input_ids, padding_mask=None, mems=None, mem_padding_mask=None):
+    """One prediction step: a placeholder appended to ``input_ids`` [b, q], hidden by ``perm_mask``, selected by
+    ``target_mapping``; returns (logits [b, V] float32 of the token at the placeholder, the content-stream inputs
+    of each layer [b, q, d] for the given positions: what they contribute to the memory)."""
+    bsz, qlen = tf.shape(input_ids)[0], tf.shape(input_ids)[1]
+    ids = tf.concat([tf.cast(input_ids, tf.int32), tf.fill([bsz, 1], DUMMY_ID)], axis=1)
+    if padding_mask is not None:
+        padding_mask = tf.concat([tf.cast(padding_mask, tf.int32), tf.ones([bsz, 1], tf.int32)], axis=1)
+    last = tf.one_hot(qlen, qlen + 1, dtype=tf.float32)  # [q + 1]: the placeholder
+    perm_mask = tf.tile(last[None, None, :], [bsz, qlen + 1, 1])  # nobody sees the placeholder
+    target_mapping = tf.tile(last[None, None, :], [bsz, 1, 1])
+    out = model(ids, padding_mask=padding_mask, mems=mems, mem_padding_mask=mem_padding_mask,
+                perm_mask=perm_mask, target_mapping=target_mapping, output_hidden_states=True, training=False)
+    logits = model.lm_logits(out["query_output"][:, 0])
+    return logits, [h[:, :qlen] for h in out["hidden_states"][:model.n_layer]]
+
+
+# The options the compiled loop reads as tensors (one trace serves every value): name -> dtype.
+CONTROLS = {"max_new_tokens": tf.int32, "temperature": tf.float32, "top_k": tf.int32, "top_p": tf.float32,
+            "seed": tf.int64, "eos_id": tf.int32, "pad_id": tf.int32, "mem_len": tf.int32}
+CONTROL_SPECS = {k: tf.TensorSpec([], d, name=k) for k, d in CONTROLS.items()}
+
+
+def controls(options: GenerationOptions) -> dict:
+    """The options as the loop's scalar tensors (``eos_id`` -1 = none, ``mem_len`` 0 = keep all)."""
+    values = dataclasses.asdict(options)
+    values["eos_id"] = -1 if options.eos_id is None else options.eos_id
+    values["mem_len"] = options.mem_len or 0
+    return {k: tf.constant(values[k], d) for k, d in CONTROLS.items()}
+
+
+def choose(logits, step, do_sample: bool, c: dict):
+    """The next ids [b] from logits [b, V]: argmax, or a draw after temperature, top-k and top-p (HF's order)."""
+    if not do_sample:
+        return tf.argmax(logits, axis=-1, output_type=tf.int32)
+    minus_inf = tf.constant(-np.inf, logits.dtype)
+    logits = logits / tf.cast(c["temperature"], logits.dtype)
+    vocab = tf.shape(logits)[-1]
+    ordered = tf.sort(logits, axis=-1, direction="DESCENDING")
+    k = tf.where(c["top_k"] > 0, tf.minimum(c["top_k"], vocab), vocab)
+    kth = tf.gather(ordered, k - 1, axis=-1)[:, None]  # ties with the k-th are kept, as HF
+    logits = tf.where(logits < kth, minus_inf, logits)
+    ordered = tf.where(ordered < kth, minus_inf, ordered)
+    # top-p: the most likely tokens whose mass before them is < p (at least one)
+    before = tf.cumsum(tf.nn.softmax(ordered, axis=-1), axis=-1, exclusive=True)
+    kept = tf.reduce_sum(tf.cast(before < tf.cast(c["top_p"], before.dtype), tf.int32), axis=-1)
+    cutoff = tf.gather(ordered, tf.maximum(kept, 1) - 1, batch_dims=1)[:, None]
+    cutoff = tf.where(c["top_p"] < 1.0, cutoff, minus_inf)
+    logits = tf.where(logits < cutoff, minus_inf, logits)
+    step_seed = tf.stack([tf.cast(c["seed"], tf.int64), tf.cast(step, tf.int64)])
+    return tf.cast(tf.random.stateless_categorical(logits, 1, seed=step_seed)[:, 0], tf.int32)
+
+
+def generate_graph(model, input_ids, padding_mask, do_sample: bool, c: dict):
+    """The whole generation as graph ops (call it inside a ``tf.function``): input_ids, padding_mask [b, P]
+    (left-padded), the ``controls`` c -> new ids int32 [b, max_new_tokens] (``pad_id`` after a row's
+    ``eos_id``)."""
+    input_ids = tf.cast(input_ids, tf.int32)
+    padding_mask = tf.cast(padding_mask, tf.int32)
+    bsz, plen = tf.shape(input_ids)[0], tf.shape(input_ids)[1]
+    n_new, pad_id = c["max_new_tokens"], c["pad_id"]
+    # Memory slots: every position that ever joins it (the prompt but its last token, then one per later step).
+    capacity = tf.maximum(plen - 1 + n_new - 1, 1)
+    capacity = tf.where(c["mem_len"] > 0, tf.minimum(capacity, c["mem_len"] - 2), capacity)
+
+    def fit(x, fill):
+        """[b, n, ...] -> its last ``capacity`` positions, ``fill`` on the left where it has fewer."""
+        x = x[:, tf.maximum(tf.shape(x)[1] - capacity, 0):]
+        pad = [[0, 0], [capacity - tf.shape(x)[1], 0]] + [[0, 0]] * (len(x.shape) - 2)
+        return tf.pad(x, pad, constant_values=fill)
+
+    def pick(logits, step, finished):
+        ids = tf.where(finished, pad_id, choose(logits, step, do_sample, c))
+        return ids, finished | tf.equal(ids, c["eos_id"])
+
+    logits, hidden = next_token_logits(model, input_ids, padding_mask)
+    first, finished = pick(logits, 0, tf.zeros([bsz], tf.bool))
+    mems = [fit(h[:, :-1], 0.0) for h in hidden]
+    mem_mask = fit(padding_mask[:, :-1], 0)
+    columns = tf.range(n_new)[None, :]
+    out = tf.where(tf.equal(columns, 0), first[:, None], tf.fill(tf.stack([bsz, n_new]), pad_id))  # [b, n_new]
+
+    def cond(step, prev, cur, finished, out, mem_mask, *mems):
+        return (step < n_new) & tf.logical_not(tf.reduce_all(finished))
+
+    def body(step, prev, cur, finished, out, mem_mask, *mems):
+        window = tf.stack([prev, cur], axis=1)
+        logits, hidden = next_token_logits(model, window, mems=list(mems), mem_padding_mask=mem_mask)
+        new, finished = pick(logits, step, finished)
+        mems = [tf.concat([m[:, 1:], tf.cast(h[:, :1], m.dtype)], axis=1) for m, h in zip(mems, hidden)]
+        mem_mask = tf.concat([mem_mask[:, 1:], tf.ones([bsz, 1], tf.int32)], axis=1)
+        out = tf.where(tf.equal(columns, step), new[:, None], out)
+        return (step + 1, cur, new, finished, out, mem_mask, *mems)
+
+    state = (tf.constant(1), input_ids[:, -1], first, finished, out, mem_mask, *mems)
+    return tf.while_loop(cond, body, state)[4]
+
+
+class Generator:
+    """Compiled generation for one model: ``Generator(model)(input_ids, padding_mask, options)`` -> int32
+    [b, max_new_tokens] numpy. One ``tf.function`` trace for greedy and one for sampling: prompts' shapes and
+    every other option are tensors of the trace."""
+
+    def __init__(self, model):
+        if model.config.bi_data:
+            raise ValueError("generation needs bi_data=False (a pretraining option: load the model with "
+                             "bi_data=False)")
+        self.model = model
+        self._functions = {}
+
+    def function(self, do_sample: bool):
+        if do_sample not in self._functions:
+            spec = tf.TensorSpec([None, None], tf.int32)
+
+            @tf.function(input_signature=[spec, spec, CONTROL_SPECS])
+            def run(input_ids, padding_mask, c):
+                return generate_graph(self.model, input_ids, padding_mask, do_sample, c)
+
+            self._functions[do_sample] = run
+        return self._functions[do_sample]
+
+    def __call__(self, input_ids, padding_mask=None, options: Optional[GenerationOptions] = None) -> np.ndarray:
+        options = options or GenerationOptions()
+        input_ids = np.asarray(input_ids, np.int32)
+        if padding_mask is None:
+            padding_mask = np.ones_like(input_ids)
+        padding_mask = np.asarray(padding_mask, np.int32)
+        if input_ids.ndim != 2 or input_ids.shape != padding_mask.shape or input_ids.shape[1] == 0:
+            raise ValueError(f"input_ids and padding_mask: expected the same shape [batch, length >= 1], got "
+                             f"{input_ids.shape} and {padding_mask.shape}")
+        if not padding_mask[:, -1].all():
+            raise ValueError("padding_mask: prompts must be left-padded (every row's last position real)")
+        return self.function(options.do_sample)(input_ids, padding_mask, controls(options)).numpy()
+
+    def generate(self, prompts: Sequence[Sequence[int]], options: Optional[GenerationOptions] = None,
+                 batch_size: int = 8):
+        """Id lists of any lengths -> one list of new ids per prompt (cut after eos), ``batch_size`` at a time."""
+        options = options or GenerationOptions()
+        results = []
+        for start in range(0, len(prompts), batch_size):
+            ids, mask = left_pad(prompts[start:start + batch_size], options.pad_id)
+            for row in self(ids, mask, options):
+                row = [int(t) for t in row]
+                if options.eos_id is not None and options.eos_id in row:
+                    row = row[:row.index(options.eos_id) + 1]
+                results.append(row)
+        return results
+
+
+# ---------------------------------------------------------------------------------------------- SavedModel
+class GenerationModule(tf.Module):
+    """A SavedModel over raw text (needs only tensorflow + tensorflow_text to serve):
+
+    * ``generate(text)``: tf.string [b] -> ``text`` tf.string [b] (the continuations, special pieces dropped) and
+      ``ids`` int32 [b, max_new_tokens]; greedy.
+    * ``sample(text, seed, temperature, top_k, top_p)``: the same, sampled.
+
+    Prompts are tokenised in-graph (``TFXLNetTokenizer``, the ids of ``XLNetTokenizer.encode``), their last
+    ``max_prompt_length`` pieces kept, left-padded to a multiple of 8; an empty prompt is read as one ``<eod>``
+    (the start of a document). The ``options`` (``max_new_tokens``, eos/pad, ``mem_len``) are fixed at export.
+    """
+
+    def __init__(self, model, spiece_model_file: str, options: GenerationOptions, lower: bool = False,
+                 max_prompt_length: int = 512):
+        super().__init__(name="xlnet_generation")
+        from xlnet_tf.tokenizer import XLNetTokenizer
+
+        python_tokenizer = XLNetTokenizer(spiece_model_file, lower=lower)
+        self.model = model
+        self.tokenizer = python_tokenizer.tf_tokenizer()
+        self.eod_id = python_tokenizer.eod_id
+        self.options = options
+        self.max_prompt_length = int(max_prompt_length)
+
+    def _run(self, text, do_sample: bool, c: dict):
+        from xlnet_tf.export import batch_length, keep_last, pad_rows
+
+        rows = keep_last(self.tokenizer.tokenize(text), self.max_prompt_length)
+        empty = tf.cast(tf.equal(rows.row_lengths(), 0), tf.int64)  # such rows get one <eod>
+        eod = tf.RaggedTensor.from_row_lengths(tf.fill([tf.reduce_sum(empty)], self.eod_id), empty)
+        rows = tf.concat([tf.cast(eod, rows.dtype), rows], axis=1)
+        length = batch_length(rows, self.max_prompt_length)
+        ids = pad_rows(rows, length, self.options.pad_id, left=True)
+        mask = pad_rows(tf.ones_like(rows), length, 0, left=True)
+        new = generate_graph(self.model, ids, mask, do_sample, c)
+        return {"text": self.tokenizer.detokenize(new), "ids": new}
+
+    def signatures(self):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+        def generate(text):
+            return self._run(text, False, controls(self.options))
+
+        sampled = ("seed", "temperature", "top_k", "top_p")
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")]
+                     + [CONTROL_SPECS[k] for k in sampled])
+        def sample(text, seed, temperature, top_k, top_p):
+            c = dict(controls(self.options), seed=seed, temperature=temperature, top_k=top_k, top_p=top_p)
+            return self._run(text, True, c)
+
+        self.generate, self.sample = generate, sample
+        return {"generate": generate, "sample": sample}
+
+
+def export_generator(model, spiece_model_file: str, export_dir: str, options: GenerationOptions,
+                     lower: bool = False, max_prompt_length: int = 512) -> str:
+    """Writes the ``GenerationModule`` SavedModel atomically (``export.save_atomically``)."""
+    from xlnet_tf.export import save_atomically
+
+    Generator(model)  # the same checks as in-process generation
+    module = GenerationModule(model, spiece_model_file, options, lower=lower, max_prompt_length=max_prompt_length)
+    return save_atomically(module, export_dir, module.signatures())
