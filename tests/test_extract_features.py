@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.conftest import REPO, shared_path
+from tests.conftest import REPO, SHARED
 
-SPM = shared_path("spiece", "spiece.model")
+SPM = os.path.join(SHARED, "spiece", "spiece.model")  # the fixture skips the tests when it is absent
 TINY = dict(n_layer=3, d_model=32, n_head=2, d_head=16, d_inner=64, ff_activation="gelu", untie_r=True,
             n_token=32000)
 TEXTS = ["A gripping, beautifully shot film.", "It is long ||| and it is dull, very dull indeed.",
@@ -21,7 +21,7 @@ TEXTS = ["A gripping, beautifully shot film.", "It is long ||| and it is dull, v
 @pytest.fixture(scope="module")
 def pretrained(tmp_path_factory):
     if not os.path.exists(SPM):
-        pytest.skip(f"needs {SPM}")
+        pytest.skip(f"real data not available: {SPM} (set SHARED_DATA to the folder holding it)")
     from xlnet_tf import XLNetConfig, XLNetModel
 
     d = tmp_path_factory.mktemp("pretrained")
