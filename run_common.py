@@ -96,8 +96,9 @@ def define_common_flags(default_seq_len: int = 128, default_lr: float = 2e-5) ->
                          lower_bound=1)
     flags.DEFINE_enum("precision", "float32", ["float32", "mixed_float16", "mixed_bfloat16"], "Compute precision.")
     flags.DEFINE_bool("recompute", False, "Recompute each block's activations in the backward pass.")
-    flags.DEFINE_bool("accelerate", True, "The measured speed paths (XLA clusters, compiled attention kernels, "
-                      "query chunking, inference streams); false: the plain TensorFlow ops of the math only.")
+    flags.DEFINE_bool("accelerate", True, "The accelerations of xlnet_tf/accel that apply on this host (XLA "
+                      "clusters, compiled attention kernels, query chunking); false: the plain TensorFlow ops of "
+                      "the math only.")
     flags.DEFINE_enum("pos_dropout", "per_example", ["per_example", "shared"],
                       "Dropout mask on the relative positional encodings: per_example (the original) or shared "
                       "by the batch (faster training steps, not the original's noise).")

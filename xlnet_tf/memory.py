@@ -87,7 +87,7 @@ the peak; both are properties of this implementation, not of XLNet):
 * ``cpu=True``: XLA:CPU has no native 16-bit matmul; it round-trips bf16/fp16 values through float32, so
   activations are as large as in float32 (mixed precision saves no memory on CPU, and is slower there).
 
-Calibration (benchmarks/memory_levers.py; results/memory_levers_s6.md): XLNet-Base,
+Calibration (benchmarks/memory_levers.py; ``benchmarks/results/memory_levers.md``): XLNet-Base,
 seq 512, batch 2, the trainer's whole-step XLA on CPU, against TensorFlow's allocator peak: float32, recompute,
 bf16, frozen layers and accumulation within -5.4%..+1.1% of the total; all levers together -13.1% and
 mixed_float16 -10.5% (its loss scaling allocates ~a gradient set outside the compiled step; not modelled).

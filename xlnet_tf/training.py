@@ -13,8 +13,11 @@ all-reduce, one optimizer update. Losses are summed and divided by the global nu
 so a step equals one batch ``k * replicas`` times larger. Then: global-norm clipping, the original's
 gradient-form layer decay (``layer_decay_mode="grad"``), optional dynamic loss scaling (mixed_float16).
 
-Reproducibility: weights from ``keras.utils.set_random_seed(seed)``; every Keras ``SeedGenerator`` (dropout)
-is re-seeded at each step from (seed, generator, step, replica), so resuming needs no RNG state. The input
+Reproducibility: weights from ``keras.utils.set_random_seed(seed)``. Dropout has two RNG schemes, because
+the backbone must replay its masks: the backbone draws them statelessly from its own checkpointed
+``[seed, counter]`` (``XLNetModel.dropout_seed``, one seed per forward pass, so a recomputed block redraws the
+same masks; ``xlnet_tf.ops``); the heads' plain Keras ``Dropout`` layers use ``SeedGenerator`` states, which
+the loop re-seeds at each step from (seed, generator, step, replica). So resuming needs no other RNG state. The input
 position is the checkpointed tf.data iterator (``data_resume="iterator"``; only possible on one device: TF
 cannot checkpoint distributed iterators) or a ``skip`` of the consumed batches (``"skip"``, the ``"auto"``
 choice under Mirrored/MultiWorker/TPU strategies), which needs a deterministic ``dataset_fn`` (seeded shuffles,
