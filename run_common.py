@@ -23,7 +23,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 FLAGS = flags.FLAGS
 # --export_precision -> the Keras policy of the exported model
-from xlnet_tf.hardware import POLICY_OF_DTYPE as EXPORT_PRECISIONS  # noqa: E402
+from xlnet_tf.hardware import POLICY_OF_DTYPE as EXPORT_PRECISIONS, PRECISIONS  # noqa: E402
 
 
 def define_common_flags(default_seq_len: int = 128, default_lr: float = 2e-5) -> None:
@@ -94,7 +94,7 @@ def define_common_flags(default_seq_len: int = 128, default_lr: float = 2e-5) ->
                       "Evaluation, prediction and the export always pad a batch to its longest text.")
     flags.DEFINE_integer("grad_accum_steps", 1, "Micro-batches per update (same update as a k-times batch).",
                          lower_bound=1)
-    flags.DEFINE_enum("precision", "float32", ["float32", "mixed_float16", "mixed_bfloat16"], "Compute precision.")
+    flags.DEFINE_enum("precision", "float32", list(PRECISIONS), "Compute precision.")
     flags.DEFINE_bool("recompute", False, "Recompute each block's activations in the backward pass.")
     flags.DEFINE_bool("accelerate", True, "The accelerations of xlnet_tf/accel that apply on this host (XLA "
                       "clusters, compiled attention kernels, query chunking); false: the plain TensorFlow ops of "

@@ -108,8 +108,8 @@ import sys
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from xlnet_tf.config import XLNetConfig
+from xlnet_tf.hardware import PRECISIONS, validate_precision
 
-PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 OPTIMIZER_SLOTS = {"adamw": 2, "adam": 2, "momentum": 1, "sgd": 0}
 HEADS = ("classification", "squad", "none")
 MiB = float(2 ** 20)
@@ -207,9 +207,7 @@ def trainable_param_counts(c: XLNetConfig, num_trainable_layers: Optional[int], 
 
 # ====================================================================== activations
 def _bytes_per(precision: str) -> int:
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision: expected one of {PRECISIONS}, got {precision!r}")
-    return 4 if precision == "float32" else 2
+    return 4 if validate_precision(precision) == "float32" else 2
 
 
 def block_activations(c: XLNetConfig, seq_len: int, batch: int, precision: str, jit: bool = True,

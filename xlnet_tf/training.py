@@ -44,7 +44,6 @@ from tensorflow.core.framework import summary_pb2
 
 from xlnet_tf import hardware, optimization
 
-PRECISIONS = hardware.PRECISIONS
 log = logging.getLogger(__name__)
 
 
@@ -78,8 +77,7 @@ class TrainConfig:
     progress: bool = True
 
     def __post_init__(self):
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision: expected one of {PRECISIONS}, got {self.precision!r}")
+        hardware.validate_precision(self.precision)
         if self.layer_decay_mode not in optimization.LAYER_DECAY_MODES:
             raise ValueError(f"layer_decay_mode: expected one of {optimization.LAYER_DECAY_MODES}, "
                              f"got {self.layer_decay_mode!r}")
@@ -512,7 +510,7 @@ def predict(model, dataset: tf.data.Dataset, strategy: Optional[tf.distribute.St
     dist = strategy.experimental_distribute_dataset(dataset)
     forward = lambda f: dict(output_fn(f, model(f, training=False)))  # noqa: E731
     policy = getattr(getattr(model, "dtype_policy", None), "name", "float32")
-    if policy in PRECISIONS:
+    if policy in hardware.PRECISIONS:
         check_precision(strategy, policy)
     if policy == "mixed_float16" and default_jit(strategy, policy) == "step":
         forward = tf.function(forward, jit_compile=True)  # as training: on a CPU only XLA has fast float16
