@@ -398,13 +398,6 @@ def head_hidden_sizes(F):
     return int_list(F, "head_hidden_sizes")
 
 
-def write_json(path: str, obj) -> None:
-    """Atomic json write (a previous file is replaced only by a complete one)."""
-    from xlnet_tf.fileutil import write_json as atomic_json
-
-    atomic_json(path, obj, indent=2, sort_keys=True, ensure_ascii=False)
-
-
 def _fail(message: str, code: int = 2, log: bool = True) -> None:
     if log:  # into the run's log as well (not before the flags are parsed: absl's pre-parse handler repeats it)
         logging.getLogger("run").error("%s", message)
