@@ -7,7 +7,7 @@
 ``--input_file``: UTF-8, one text per line; ``A ||| B`` gives a pair (the classifier's layout: A <sep> B <sep>
 <cls>, left-padded). Empty or whitespace-only lines are skipped (the run logs how many) and ``line_index`` maps
 each output row back to its input line. ``--long_doc_mode=memory`` (single texts): a text of any length is cut
-into windows of max_seq_length (``tasks/classification/features.build_windows``) that run left to right with the
+into windows of max_seq_length (``tasks.classification.features.build_windows``) that run left to right with the
 previous windows' hidden states as memory (``--mem_len``); ``tokens`` then cover the whole text,
 [n, W * max_seq_length, layers, d] with W the most windows of a text (each text right-aligned, padding first), and
 ``pooled`` is the mean over all of a text's real tokens or its final ``<cls>``. A fine-tuned run's checkpoint in ``--model_dir`` (default

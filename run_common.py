@@ -23,7 +23,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 FLAGS = flags.FLAGS
 # --export_precision -> the Keras policy of the exported model
-from xlnet_tf.hardware import POLICY_OF_DTYPE as EXPORT_PRECISIONS  # noqa: E402
+from xlnet_tf.hardware import POLICY_OF_DTYPE as EXPORT_PRECISIONS, PRECISIONS  # noqa: E402
 
 
 def define_common_flags(default_seq_len: int = 128, default_lr: float = 2e-5) -> None:
@@ -94,10 +94,11 @@ def define_common_flags(default_seq_len: int = 128, default_lr: float = 2e-5) ->
                       "Evaluation, prediction and the export always pad a batch to its longest text.")
     flags.DEFINE_integer("grad_accum_steps", 1, "Micro-batches per update (same update as a k-times batch).",
                          lower_bound=1)
-    flags.DEFINE_enum("precision", "float32", ["float32", "mixed_float16", "mixed_bfloat16"], "Compute precision.")
+    flags.DEFINE_enum("precision", "float32", list(PRECISIONS), "Compute precision.")
     flags.DEFINE_bool("recompute", False, "Recompute each block's activations in the backward pass.")
-    flags.DEFINE_bool("accelerate", True, "The measured speed paths (XLA clusters, compiled attention kernels, "
-                      "query chunking, inference streams); false: the plain TensorFlow ops of the math only.")
+    flags.DEFINE_bool("accelerate", True, "The accelerations of xlnet_tf/accel that apply on this host (XLA "
+                      "clusters, compiled attention kernels, query chunking); false: the plain TensorFlow ops of "
+                      "the math only.")
     flags.DEFINE_enum("pos_dropout", "per_example", ["per_example", "shared"],
                       "Dropout mask on the relative positional encodings: per_example (the original) or shared "
                       "by the batch (faster training steps, not the original's noise).")
@@ -395,13 +396,6 @@ def int_list(F, name: str):
 
 def head_hidden_sizes(F):
     return int_list(F, "head_hidden_sizes")
-
-
-def write_json(path: str, obj) -> None:
-    """Atomic json write (a previous file is replaced only by a complete one)."""
-    from xlnet_tf.fileutil import write_json as atomic_json
-
-    atomic_json(path, obj, indent=2, sort_keys=True, ensure_ascii=False)
 
 
 def _fail(message: str, code: int = 2, log: bool = True) -> None:

@@ -14,7 +14,7 @@ OUTPUT_DIR):
   logit says "no answer" with probability > 0.5; BERT's convention).
 * ``non_null_predictions.json`` (v2.0): the best non-null span of every question (the original XLNet's
   ``predictions.json``); with ``null_odds.json`` the official v2 scorer finds the best threshold:
-  ``python -m tasks.squad_eval dev.json non_null_predictions.json --na-prob-file null_odds.json``.
+  ``python -m tasks.squad.metrics dev.json non_null_predictions.json --na-prob-file null_odds.json``.
 * ``null_odds.json`` {id: min answer-class logit over the question's windows} (higher = no answer);
   ``nbest.json`` {id: [{text, probability, start_log_prob, end_log_prob, start_char, end_char}, ...]}.
 * ``eval_results.json``: the official scorer's keys (v2.0: ``exact``, ``f1``, ``total``, ``HasAns_*``,

@@ -96,7 +96,7 @@ QUOTED_PEERS = {("infer", 8, 128): {"model_garden_tf2_xla": 363, "hf_pytorch": 3
 GOALS = {"infer": 1.3, "train": 1.5}  # wanted: ours >= GOAL x the best peer (float32)
 GOALS_16BIT = {"infer": 1.5, "train": 1.5}  # the same in bfloat16 / float16, against the best peer in that precision
 GOALS_VS_F32 = {"infer": 3.0, "train": 2.0}  # wanted: ours in 16 bits >= GOAL x ours in float32
-PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+# Report labels of the precisions (xlnet_tf.hardware.PRECISIONS), in report order.
 SHORT = {"float32": "f32", "mixed_bfloat16": "bf16", "mixed_float16": "fp16"}
 
 
@@ -646,7 +646,7 @@ def goal_summary(rows):
     ours best float32) against ``GOALS_VS_F32``."""
     out = []
     keys = {_group(r) + (_precision(r),) for r in rows}
-    order = {p: i for i, p in enumerate(PRECISIONS)}
+    order = {p: i for i, p in enumerate(SHORT)}
     for key in sorted(keys, key=lambda k: k[:3] + (order.get(k[3], 9),)):
         mode, b, s, prec = key
         group = [r for r in rows if _group(r) + (_precision(r),) == key]
@@ -795,7 +795,7 @@ def main(argv=None):
     p.add_argument("--torch-threads", type=int, default=2, help="threads of the 'torch' worker ('torch1': 1)")
     p.add_argument("--n-layer", type=int, default=BASE["n_layer"])
     p.add_argument("--precisions", default="auto",
-                   help=f"comma list of {','.join(PRECISIONS)}, or auto (default): float32 and the 16-bit "
+                   help="comma list of xlnet_tf.hardware.PRECISIONS, or auto (default): float32 and the 16-bit "
                         "precisions this host's device computes natively (xlnet_tf.hardware)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "gpu"),
                    help="auto (default): a visible GPU, else the CPU; cpu hides the GPUs from the workers")
@@ -821,6 +821,8 @@ def main(argv=None):
         precisions = list(host.native_precisions(args.device))
     else:
         precisions = [x for x in args.precisions.split(",") if x]
+        from xlnet_tf.hardware import PRECISIONS  # this checkout's (detect_host put it on the path)
+
         bad = set(precisions) - set(PRECISIONS)
         if bad:
             p.error(f"unknown precision(s) {', '.join(sorted(bad))}; known: {', '.join(PRECISIONS)}")

@@ -21,7 +21,7 @@ Knobs (``--knobs``, each swept with the others at the baseline):
   recompute             off | on
   grad_accum_steps      same examples per update, split in k micro-batches
 Data: SQuAD v2.0 = the shared dev set split by article (every 5th article held out for evaluation, as
-``tasks.squad.split_by_article``), written to ``WORK_DIR/data/{train,eval}.json``; classification = a GLUE folder
+``tasks.squad.reader.split_by_article``), written to ``WORK_DIR/data/{train,eval}.json``; classification = a GLUE folder
 (SST-2 by default; its dev split is the evaluation).
 
 Outputs: ``benchmarks/results/tradeoff_<task>[_quick].{csv,json}`` and one figure per knob

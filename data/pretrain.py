@@ -36,7 +36,7 @@ part) covers exactly the tokens preceding step t+1's first token. A single devic
 Reading (``make_pretrain_dataset``): targets and permutations are sampled in the tf.data map, with
 stateless random ops seeded by ``(seed, record index)`` (deterministic, and different at every epoch):
 
-* Targets (``_sample_mask``), separately in the reuse part and the rest with goals
+* Targets (``_span_targets``), separately in the reuse part and the rest with goals
   ``num_predict - num_predict*(L-R)//L`` and ``num_predict*(L-R)//L`` (the original's 43/42 of 85): spans of
   n = 1..``max_span`` **words** with p ∝ 1/n, each placed at a random offset inside a context of
   ``n * mask_alpha // mask_beta`` words, contexts following each other left to right; spans are kept while the
@@ -44,9 +44,9 @@ stateless random ops seeded by ``(seed, record index)`` (deterministic, and diff
   counted n in pieces (its word test looked at the wrong index): we count words, the paper's intent. The
   remaining budget is filled with random whole words, shortest first (the original filled with random single
   pieces), so the goal is met exactly unless no word fits. SEP/CLS are never targets.
-* Factorisation order (``_local_perm``): drawn independently in the reuse part and in the rest, in blocks of
-  ``perm_size`` (blocks in order, a random order inside each block; the original used ONE within-block
-  permutation for all blocks, here each block draws its own). Non-target non-functional tokens get order -1.
+* Factorisation order (``_block_order``; the mask from it: ``local_perm_mask``): drawn independently in the
+  reuse part and in the rest, in blocks of ``perm_size`` (blocks in order, a random order inside each block;
+  the original used ONE within-block permutation for all blocks, here each block draws its own). Non-target non-functional tokens get order -1.
   ``perm_mask[i, j] = (self_order[i] <= order[j]) and (j is a target or SEP/CLS)``, self_order = order for
   targets, order + 1 otherwise; the reuse part never sees the rest, the rest sees all of the reuse part.
   So a target's query stream sees the non-targets and the targets/functional tokens earlier in the order (not

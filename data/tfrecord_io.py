@@ -205,11 +205,3 @@ def make_dataset(paths: Sequence[str] | str, spec: FeatureSpec, batch_size: int,
             ds = ds.map(lambda b: lengths.trim_batch(b, left))
     return ds.prefetch(tf.data.AUTOTUNE)
 
-
-def count_records(path: str) -> int:
-    m = read_manifest(path)
-    if m:
-        return int(m["count"])
-    import tensorflow as tf
-
-    return sum(1 for _ in tf.data.TFRecordDataset(path))

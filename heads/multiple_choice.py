@@ -1,8 +1,9 @@
 """Multiple-choice head (RACE): one score per (question, option) sequence, softmax over the options.
 
-The backbone runs on the flattened choices (``data.race.flatten_choices``: [batch*4, seq]); this head takes its
-``sequence_output`` [batch*4, seq, d], summarises each sequence (``SequenceSummary``, "last" = the ``<cls>`` at the
-end of the left-padded layout, tanh projection, dropout), scores it with ``Dense_1`` and reshapes to [batch, 4].
+The backbone runs on the flattened choices (``xlnet_tf.task_model.TaskModel`` reshapes [batch, 4, seq] to
+[batch*4, seq]); this head takes its ``sequence_output`` [batch*4, seq, d], summarises each sequence
+(``SequenceSummary``, "last" = the ``<cls>`` at the end of the left-padded layout, tanh projection, dropout),
+scores it with ``Dense_1`` and reshapes to [batch, 4].
 Loss: softmax cross-entropy per example in float32 (a label of -1, i.e. unlabelled, gives 0).
 
 Original checkpoint names: ``model/sequnece_summary/summary/{kernel,bias}`` and ``logits/dense/{kernel,bias}``.

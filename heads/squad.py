@@ -95,24 +95,16 @@ class SquadHead(Head):
         if self.d_model is None:  # inferred: the layers are made now
             self.d_model = d
             self._make_layers()
-        # build every sublayer now (variables exist before any tf.function trace)
-        width = d
-        for dense, ln in self.start_mlp:
-            dense.build((None, width))
-            ln.build((None, dense.units))
-            width = dense.units
-        self.start_out.build((None, width))
-        width = 2 * d
-        for dense, ln in self.end_mlp:
-            dense.build((None, width))
-            ln.build((None, dense.units))
-            width = dense.units
-        self.end_out.build((None, width))
-        width = 2 * d
-        for dense in self.ans_mlp:
-            dense.build((None, width))
-            width = dense.units
-        self.ans_out.build((None, width))
+        # build every sublayer now (variables exist before any tf.function trace): each MLP from its input width
+        stacks = ((self.start_mlp, self.start_out, d), (self.end_mlp, self.end_out, 2 * d),
+                  ([(dense, None) for dense in self.ans_mlp], self.ans_out, 2 * d))
+        for mlp, out, width in stacks:
+            for dense, ln in mlp:
+                dense.build((None, width))
+                if ln is not None:
+                    ln.build((None, dense.units))
+                width = dense.units
+            out.build((None, width))
         self.built = True
 
     # ------------------------------------------------------------------ pieces

@@ -165,9 +165,22 @@ def _env():
     return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
 
 
+class Background:
+    """The module's two subprocesses (``mirrored``, ``cli``); ``result(name)`` waits for one, once, and returns
+    its (stdout, stderr), so any test may be the first (or the only one) to need it."""
+
+    def __init__(self, procs: dict, cli_out: str):
+        self.procs, self.cli_out, self._results = procs, cli_out, {}
+
+    def result(self, name: str, timeout: float = 240):
+        if name not in self._results:
+            self._results[name] = finish(self.procs[name], timeout)
+        return self._results[name]
+
+
 @pytest.fixture(scope="module")
 def background(work, tmp_path_factory):
-    """Starts the two subprocesses once; tests collect them at the end of the module."""
+    """Starts the two subprocesses once (they run beside the in-process tests; see ``_start_background``)."""
     mdir = str(tmp_path_factory.mktemp("mirrored"))
     mirrored = subprocess.Popen([sys.executable, os.path.abspath(__file__), "mirrored", mdir], env=_env(),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
@@ -182,16 +195,21 @@ def background(work, tmp_path_factory):
     tiny_config(n_token=60).to_json_file(os.path.join(out, "config.json"))
     cli = subprocess.Popen(cli_args, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            cwd=ROOT)
-    procs = {"mirrored": mirrored, "cli": cli, "cli_out": out}
+    procs = Background({"mirrored": mirrored, "cli": cli}, out)
     yield procs
-    for key in ("mirrored", "cli"):
-        if procs[key].poll() is None:
-            procs[key].kill()
-            procs[key].communicate()
+    for proc in procs.procs.values():
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
 
 
-def test_start_background(background):
-    assert background["mirrored"].pid and background["cli"].pid
+@pytest.fixture(scope="module", autouse=True)
+def _start_background(request):
+    """Starts the subprocesses before the module's first test when a selected test needs them, so they run while
+    the in-process tests do; no test depends on another's order (a selection without them starts nothing)."""
+    if any("background" in item.fixturenames for item in request.session.items
+           if getattr(item, "module", None) is request.module):
+        request.getfixturevalue("background")
 
 
 def _expected_mems(model, features, prev):
@@ -313,7 +331,7 @@ def test_save_backbone_has_finetuning_config(work, tmp_path):
 
 
 def test_mirrored_strategy_matches_default(background):
-    out, err = finish(background["mirrored"], 240)
+    out, err = background.result("mirrored")
     lines = [l for l in out.splitlines() if l.startswith("REPORT ")]
     assert lines, err[-3000:]
     rep = json.loads(lines[-1][len("REPORT "):])
@@ -330,8 +348,8 @@ def test_cli_smoke_and_backbone_loads_into_task_model(background):
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.task_model import TaskModel
 
-    out_dir = background["cli_out"]
-    out, err = finish(background["cli"], 240)
+    out_dir = background.cli_out
+    out, err = background.result("cli")
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["step"] == 4 and summary["heldout_loss_end"] > 0 and summary["unigram_loss"] > 0
     with open(os.path.join(out_dir, "train", "pretrain_results.json")) as f:
@@ -358,8 +376,8 @@ def test_finetuning_with_the_other_casing_is_refused(background):
 
     import run_common
 
-    background["cli"].wait(timeout=300)
-    bb = os.path.join(background["cli_out"], "pretrained")
+    background.result("cli")
+    bb = os.path.join(background.cli_out, "pretrained")
     assert os.path.isfile(os.path.join(bb, "pretrain_results.json"))  # written by the CLI run (not uncased)
     run_common._check_case(types.SimpleNamespace(init_checkpoint=bb, uncased=False))
     run_common._check_case(types.SimpleNamespace(init_checkpoint=os.path.join(bb, "xlnet_model.ckpt"), uncased=False))

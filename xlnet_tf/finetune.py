@@ -16,7 +16,7 @@ import tensorflow as tf
 from xlnet_tf import hardware
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.task_model import TaskModel
-from xlnet_tf.training import PRECISIONS, TrainConfig, Trainer, predict
+from xlnet_tf.training import TrainConfig, Trainer, predict
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +89,7 @@ class FineTuner:
         model = self._trained_or_restored(model_dir)
         if precision is None or hardware.policy_name(model) == precision:
             return model
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision: expected one of {PRECISIONS}, got {precision!r}")
+        hardware.validate_precision(precision)
         previous = keras.mixed_precision.global_policy()
         keras.mixed_precision.set_global_policy(precision)
         try:

@@ -15,9 +15,17 @@ from __future__ import annotations
 import dataclasses
 from typing import FrozenSet, Optional, Sequence, Tuple
 
+# The compute precisions (Keras policies) every part of the project accepts; stated here only.
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 # compute dtype -> the Keras policy computing in it (float32 variables under both mixed policies)
 POLICY_OF_DTYPE = {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
+
+
+def validate_precision(precision: str) -> str:
+    """``precision`` when it is one of PRECISIONS; else a one-line ValueError naming them."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision: expected one of {PRECISIONS}, got {precision!r}")
+    return precision
 
 
 def policy_name(model) -> str:
@@ -88,8 +96,7 @@ class Host:
     def native(self, precision: str, device: str = "cpu") -> bool:
         """Whether ``precision``'s matmuls run natively on ``device`` ("cpu" or "gpu": every visible GPU).
         float16 on a CPU counts as not native: TensorFlow's CPU graph kernels have no fast float16 matmul."""
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision: expected one of {PRECISIONS}, got {precision!r}")
+        validate_precision(precision)
         if device not in ("cpu", "gpu"):
             raise ValueError(f"device: expected 'cpu' or 'gpu', got {device!r}")
         if precision == "float32":

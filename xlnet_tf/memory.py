@@ -87,7 +87,7 @@ the peak; both are properties of this implementation, not of XLNet):
 * ``cpu=True``: XLA:CPU has no native 16-bit matmul; it round-trips bf16/fp16 values through float32, so
   activations are as large as in float32 (mixed precision saves no memory on CPU, and is slower there).
 
-Calibration (benchmarks/memory_levers.py; results/memory_levers_s6.md): XLNet-Base,
+Calibration (benchmarks/memory_levers.py; ``benchmarks/results/memory_levers.md``): XLNet-Base,
 seq 512, batch 2, the trainer's whole-step XLA on CPU, against TensorFlow's allocator peak: float32, recompute,
 bf16, frozen layers and accumulation within -5.4%..+1.1% of the total; all levers together -13.1% and
 mixed_float16 -10.5% (its loss scaling allocates ~a gradient set outside the compiled step; not modelled).
@@ -108,8 +108,8 @@ import sys
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from xlnet_tf.config import XLNetConfig
+from xlnet_tf.hardware import PRECISIONS, validate_precision
 
-PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 OPTIMIZER_SLOTS = {"adamw": 2, "adam": 2, "momentum": 1, "sgd": 0}
 HEADS = ("classification", "squad", "none")
 MiB = float(2 ** 20)
@@ -207,9 +207,7 @@ def trainable_param_counts(c: XLNetConfig, num_trainable_layers: Optional[int], 
 
 # ====================================================================== activations
 def _bytes_per(precision: str) -> int:
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision: expected one of {PRECISIONS}, got {precision!r}")
-    return 4 if precision == "float32" else 2
+    return 4 if validate_precision(precision) == "float32" else 2
 
 
 def block_activations(c: XLNetConfig, seq_len: int, batch: int, precision: str, jit: bool = True,

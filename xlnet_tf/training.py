@@ -13,8 +13,11 @@ all-reduce, one optimizer update. Losses are summed and divided by the global nu
 so a step equals one batch ``k * replicas`` times larger. Then: global-norm clipping, the original's
 gradient-form layer decay (``layer_decay_mode="grad"``), optional dynamic loss scaling (mixed_float16).
 
-Reproducibility: weights from ``keras.utils.set_random_seed(seed)``; every Keras ``SeedGenerator`` (dropout)
-is re-seeded at each step from (seed, generator, step, replica), so resuming needs no RNG state. The input
+Reproducibility: weights from ``keras.utils.set_random_seed(seed)``. Dropout has two RNG schemes, because
+the backbone must replay its masks: the backbone draws them statelessly from its own checkpointed
+``[seed, counter]`` (``XLNetModel.dropout_seed``, one seed per forward pass, so a recomputed block redraws the
+same masks; ``xlnet_tf.ops``); the heads' plain Keras ``Dropout`` layers use ``SeedGenerator`` states, which
+the loop re-seeds at each step from (seed, generator, step, replica). So resuming needs no other RNG state. The input
 position is the checkpointed tf.data iterator (``data_resume="iterator"``; only possible on one device: TF
 cannot checkpoint distributed iterators) or a ``skip`` of the consumed batches (``"skip"``, the ``"auto"``
 choice under Mirrored/MultiWorker/TPU strategies), which needs a deterministic ``dataset_fn`` (seeded shuffles,
@@ -41,7 +44,6 @@ from tensorflow.core.framework import summary_pb2
 
 from xlnet_tf import hardware, optimization
 
-PRECISIONS = hardware.PRECISIONS
 log = logging.getLogger(__name__)
 
 
@@ -75,8 +77,7 @@ class TrainConfig:
     progress: bool = True
 
     def __post_init__(self):
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision: expected one of {PRECISIONS}, got {self.precision!r}")
+        hardware.validate_precision(self.precision)
         if self.layer_decay_mode not in optimization.LAYER_DECAY_MODES:
             raise ValueError(f"layer_decay_mode: expected one of {optimization.LAYER_DECAY_MODES}, "
                              f"got {self.layer_decay_mode!r}")
@@ -509,7 +510,7 @@ def predict(model, dataset: tf.data.Dataset, strategy: Optional[tf.distribute.St
     dist = strategy.experimental_distribute_dataset(dataset)
     forward = lambda f: dict(output_fn(f, model(f, training=False)))  # noqa: E731
     policy = getattr(getattr(model, "dtype_policy", None), "name", "float32")
-    if policy in PRECISIONS:
+    if policy in hardware.PRECISIONS:
         check_precision(strategy, policy)
     if policy == "mixed_float16" and default_jit(strategy, policy) == "step":
         forward = tf.function(forward, jit_compile=True)  # as training: on a CPU only XLA has fast float16

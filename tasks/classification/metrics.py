@@ -94,7 +94,7 @@ def _to_ids(task, values) -> np.ndarray:
 
 
 def compute_metrics(task, labels, predictions) -> Dict[str, float]:
-    """The task's metrics. ``task``: a ClassificationTask (``tasks.registry.get_task``). Classification
+    """The task's metrics. ``task``: a ClassificationTask (``tasks.classification.registry.get_task``). Classification
     labels/predictions may be ids, label strings, or (predictions) logits [n, C]; regression ones are floats."""
     y, p = _to_ids(task, labels), _to_ids(task, predictions)
     out: Dict[str, float] = {}

@@ -491,7 +491,7 @@ def iter_squad_features(examples: Sequence, tokenizer: XLNetTokenizer, index: Sq
                         max_seq_length: int = 512, doc_stride: int = 128, max_query_length: int = 64,
                         is_training: bool = False, num_workers: Optional[int] = 1,
                         per_question: bool = False) -> Iterator[Dict[str, object]]:
-    """Feature records of ``examples`` (``tasks.squad.SquadExample``), filling ``index`` as it goes.
+    """Feature records of ``examples`` (``tasks.squad.reader.SquadExample``), filling ``index`` as it goes.
 
     Paragraphs are tokenised once for all their questions (``per_question=True``: once per question, the
     naive way, for benchmarks). ``num_workers`` > 1 encodes paragraphs in a process pool (None: CPUs - 1,

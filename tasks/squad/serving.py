@@ -31,7 +31,7 @@ Everything runs in-graph (load in a fresh process with ``import tensorflow_text`
    ``max_query_length`` pieces, ``max_seq_length - len(Q) - 3`` paragraph pieces every ``doc_stride``, the
    max-context rule (score ``min(left, right) + 0.01 * length``, first window wins ties). All windows of the
    batch go through the model as one batch.
-4. Best span as ``tasks.squad_postprocess.postprocess``: candidates start_k x end_k with start, end inside the
+4. Best span as ``tasks.squad.postprocess.postprocess``: candidates start_k x end_k with start, end inside the
    paragraph, start at its max-context window, ``end >= start``, length <= ``max_answer_length``; score summed
    in float64; the first best in (window, start_k, end_k) order wins, as the Python sort.
 

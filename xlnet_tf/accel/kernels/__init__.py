@@ -25,6 +25,8 @@ from typing import Optional
 
 import tensorflow as tf
 
+from xlnet_tf import hardware
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.join(HERE, "rel_attention.cc")
 LIBRARY = os.path.join(HERE, "_rel_attention.so")
@@ -37,14 +39,9 @@ _loaded = None  # None: not tried yet; False: unavailable; else the op module
 
 
 def _cpu_flags() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return hashlib.sha256(" ".join(sorted(line.split(":", 1)[1].split())).encode()).hexdigest()[:16]
-    except OSError:
-        pass
-    return "unknown"
+    """A short hash of this CPU's feature flags (a build for other flags is stale); "unknown" without them."""
+    flags = hardware.cpu_flags(hardware.read_cpuinfo())
+    return hashlib.sha256(" ".join(sorted(flags)).encode()).hexdigest()[:16] if flags else "unknown"
 
 
 def expected_stamp() -> dict:
