@@ -378,7 +378,7 @@ def build_serving(spec):
     return serve
 
 
-def serving(config, tok, sets, reps, workdir, hf_threads, log):
+def serving(config, tok, sets, reps, workdir, hf_threads, hf_variants, log):
     """Texts/s from raw text, each implementation in its own worker, the same weights: our SavedModel (each call
     padded to its longest text) vs HF's tokenizer + model (padded to the longest; and to max_seq_length, the
     per-token reference) and HF's pipeline; outputs compared before timing; interleaved repetitions."""
@@ -386,8 +386,7 @@ def serving(config, tok, sets, reps, workdir, hf_threads, log):
     texts_path = os.path.join(workdir, "texts.json")
     with open(texts_path, "w") as f:
         json.dump({name: texts for name, (texts, L) in sets.items()}, f)
-    specs = [dict(impl="ours")] + [dict(impl=i, threads=t) for t in hf_threads
-                                   for i in ("hf", "hf_pipeline", "hf_fixed")]
+    specs = [dict(impl="ours")] + [dict(impl=i, threads=t) for t in hf_threads for i in hf_variants]
     workers = [Worker(dict(spec, serving=True, dirs={str(k): v for k, v in dirs.items()}, texts=texts_path,
                            spm=os.path.join(shared_dir(), "spiece", "spiece.model")), log) for spec in specs]
     rows = {}
@@ -425,6 +424,8 @@ def main(argv=None) -> int:
                     "(0: no serving part)")
     ap.add_argument("--training", type=int, default=1, help="0: the serving part only")
     ap.add_argument("--hf_threads", default="2,1", help="torch threads of the HF serving workers (each its own)")
+    ap.add_argument("--hf_variants", default="hf,hf_pipeline,hf_fixed", help="HF serving workers: tokenizer + model "
+                    "padded to the longest (hf), its pipeline (hf_pipeline), padded to max_seq_length (hf_fixed)")
     ap.add_argument("--workdir", default=os.path.join(ROOT, "recipes_work", "real_lengths"))
     args = ap.parse_args(argv)
     if args.worker:
@@ -448,7 +449,7 @@ def main(argv=None) -> int:
         if args.serving_reps:
             out["serving_texts_per_second"] = serving(
                 config, tok, serving_sets(), args.serving_reps, args.workdir,
-                [int(t) for t in args.hf_threads.split(",")], log)
+                [int(t) for t in args.hf_threads.split(",")], args.hf_variants.split(","), log)
     out.update({"config": config, "machine": {"cpu": cpu_model(), "cores": os.cpu_count()},
                 "versions": versions(["tensorflow", "keras", "torch", "transformers"]),
                 "command": " ".join(["python benchmarks/real_lengths.py"] + list(argv or sys.argv[1:]))})
