@@ -117,26 +117,43 @@ def test_legal_but_unintended_settings_warn(glue, tmp_path):
 
 # ------------------------------------------------------------------------------------------- resume from anywhere
 def _start(args, cwd):
-    return subprocess.Popen([sys.executable, os.path.join(REPO, "run_classifier.py")] + [str(a) for a in args],
-                            cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    """The CLI in the background, its stderr into a file (a pipe read only at the end could fill and block it)."""
+    err = open(os.path.join(cwd, "stderr.log"), "w+")
+    proc = subprocess.Popen([sys.executable, os.path.join(REPO, "run_classifier.py")] + [str(a) for a in args],
+                            cwd=cwd, stdout=subprocess.DEVNULL, stderr=err, text=True,
                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    proc.err_file = err
+    return proc
 
 
 def _steps_saved(model_dir):
     return [int(p.name[len("ckpt-"):-len(".index")]) for p in model_dir.glob("ckpt-*.index")]
 
 
-def _interrupt_after(proc, model_dir, step, timeout=300):
-    """SIGINT (Ctrl-C) once a checkpoint of ``step`` or later exists; returns the stderr of the ended run."""
-    deadline = time.time() + timeout
-    while max(_steps_saved(model_dir), default=0) < step:
-        assert proc.poll() is None and time.time() < deadline, proc.stderr.read()[-3000:]
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err[-3000:]
-    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
-    return err
+def _stderr(proc):
+    proc.err_file.seek(0)
+    return proc.err_file.read()
+
+
+def _interrupt_after(proc, model_dir, step, timeout=900):
+    """SIGINT (Ctrl-C) once a checkpoint of ``step`` or later exists; returns the stderr of the ended run. The run
+    is killed whatever happens (it was started for 100,000 steps)."""
+    try:
+        deadline = time.time() + timeout
+        while max(_steps_saved(model_dir), default=0) < step:
+            assert proc.poll() is None and time.time() < deadline, _stderr(proc)[-3000:]
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=300)
+        err = _stderr(proc)
+        assert proc.returncode == 130, err[-3000:]
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+        return err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.err_file.close()
 
 
 def test_ctrl_c_says_where_to_resume_and_a_relative_output_dir_resumes_from_anywhere(glue, tmp_path):
