@@ -75,7 +75,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_util import cpu_model, versions  # noqa: E402
+import bench_util  # noqa: E402
+from bench_util import PROTO, cpu_model, versions  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -88,7 +89,6 @@ for _i in ("tf", "tf_xopt", "tf_xla"):  # the same from another checkout (--base
 MG_IMPLS = ("mg", "mg_noxla")
 MG_VENV = os.environ.get("MG_VENV", os.path.join(os.path.expanduser("~"), ".cache", "xlnet_tf_peers", "model_garden"))
 MG_DEFAULT_PYTHON = os.path.join(MG_VENV, "bin", "python")  # where benchmarks/setup_peer_model_garden.sh puts it
-PROTO = "@@"  # prefix of protocol lines on a worker's stdout
 # Peers measured earlier on a 2-core AMD EPYC (Zen 3) machine, XLNet-Base shape, medians (tokens/s).
 QUOTED_PEERS = {("infer", 8, 128): {"model_garden_tf2_xla": 363, "hf_pytorch": 303},
                 ("train", 8, 128): {"model_garden_tf2_xla": 85, "hf_pytorch": 78},
@@ -432,33 +432,15 @@ def worker(spec_json: str) -> None:
 
 
 # ====================================================================== driver side
-class Worker:
+class Worker(bench_util.Worker):
     def __init__(self, spec, log, python=None):
-        self.spec = spec
-        env = dict(os.environ)
-        env.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        if spec.get("device") == "cpu":
-            env["CUDA_VISIBLE_DEVICES"] = ""  # hide any GPU: a CPU measurement
+        env = {"CUDA_VISIBLE_DEVICES": ""} if spec.get("device") == "cpu" else {}  # hide any GPU: a CPU measurement
         if python:  # a Model Garden worker, in its own venv
             # Model Garden's documented setting for TF >= 2.16: tf.keras is tf_keras (Keras 2), and `import
             # tensorflow` then does not load Keras 3 at all (without it, it does, though nothing here uses it).
             env["TF_USE_LEGACY_KERAS"] = "1"
-        python = python or sys.executable
-        self.proc = subprocess.Popen([python, os.path.abspath(__file__), "--worker", json.dumps(spec)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
-                                     bufsize=1, env=env, cwd=ROOT)
-
-    def expect(self, tag):
-        for line in self.proc.stdout:
-            if line.startswith(PROTO + tag + " "):
-                return line[len(PROTO) + len(tag) + 1:].strip()
-        raise RuntimeError(f"worker {self.spec['impl']} {self.spec.get('precision', 'float32')} {self.spec['mode']} "
-                           f"{self.spec['batch']}x{self.spec['seq']} exited (rc={self.proc.wait()}); see the worker log")
-
-    def send(self, cmd):
-        self.proc.stdin.write(cmd + "\n")
-        self.proc.stdin.flush()
+        super().__init__(__file__, spec, log, f"{spec['impl']} {spec.get('precision', 'float32')} {spec['mode']} "
+                         f"{spec['batch']}x{spec['seq']}", python=python, env=env)
 
 
 def machine_info():

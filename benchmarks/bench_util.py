@@ -39,3 +39,42 @@ def write_json(path: str, obj) -> None:
         json.dump(obj, f, indent=1)
     os.replace(tmp, path)
     print(f"wrote {path}")
+
+
+PROTO = "@@"  # prefix of the protocol lines a benchmark worker prints on its stdout
+
+
+class Worker:
+    """One benchmark side in its own process: ``python SCRIPT --worker SPEC_JSON``, spoken to line by line.
+
+    Each side gets a process of its own so that one framework's threads (PyTorch's OpenMP threads spin after
+    each op) cannot slow the other's. The worker prints ``@@TAG payload`` lines; ``expect`` returns a payload.
+    """
+
+    def __init__(self, script, spec, log, label, python=None, env=None):
+        import subprocess
+        import sys
+
+        self.spec, self.label = spec, label
+        full_env = dict(os.environ)
+        full_env.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+        full_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        full_env.update(env or {})
+        self.proc = subprocess.Popen([python or sys.executable, os.path.abspath(script), "--worker",
+                                      json.dumps(spec)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=log, text=True, bufsize=1, env=full_env,
+                                     cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+    def expect(self, tag):
+        for line in self.proc.stdout:
+            if line.startswith(PROTO + tag + " "):
+                return line[len(PROTO) + len(tag) + 1:].strip()
+        raise RuntimeError(f"worker {self.label} exited (rc={self.proc.wait()}); see the worker log")
+
+    def send(self, cmd):
+        self.proc.stdin.write(cmd + "\n")
+        self.proc.stdin.flush()
+
+    def ask(self, cmd, tag):
+        self.send(cmd)
+        return self.expect(tag)

@@ -47,11 +47,11 @@ sys.path.insert(0, HERE)
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from bench_util import cpu_model, versions, write_json  # noqa: E402
+import bench_util  # noqa: E402
+from bench_util import PROTO, cpu_model, versions, write_json  # noqa: E402
 
 BASE = dict(n_layer=12, d_model=768, n_head=12, d_head=64, d_inner=3072)
 QUICK = dict(n_layer=2, d_model=768, n_head=12, d_head=64, d_inner=3072)
-PROTO = "@@"
 MULTIPLES = (1, 2, 4, 8)
 
 
@@ -263,25 +263,11 @@ def worker(spec_json: str) -> None:
     print(f"{PROTO}DONE " + json.dumps({"peak_rss_mb": rss}), flush=True)
 
 
-class Worker:
+class Worker(bench_util.Worker):
     def __init__(self, spec, log):
         self.impl = spec["impl"]
-        self.label = spec["impl"] + (f" {spec['threads']}t" if "threads" in spec else "")
-        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
-                                     bufsize=1, cwd=ROOT)
+        super().__init__(__file__, spec, log, spec["impl"] + (f" {spec['threads']}t" if "threads" in spec else ""))
         self.ready = json.loads(self.expect("READY"))
-
-    def expect(self, tag):
-        for line in self.proc.stdout:
-            if line.startswith(PROTO + tag + " "):
-                return line[len(PROTO) + len(tag) + 1:].strip()
-        raise RuntimeError(f"worker {self.impl} exited (rc={self.proc.wait()}); see the worker log")
-
-    def ask(self, cmd, tag):
-        self.proc.stdin.write(cmd + "\n")
-        self.proc.stdin.flush()
-        return self.expect(tag)
 
 
 def time_grid(config, batch, grid, reps, log):
