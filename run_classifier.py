@@ -73,7 +73,7 @@ def main(_):
     spec = ClassifierRun(task, F.data_dir, tokenizer, config, L, paths["cache_dir"], F.eval_batch_size,
                          F.predict_batch_size, head_options, seed=F.seed, progress=F.progress,
                          overwrite_data=F.overwrite_data, max_segments=F.max_segments if memory else None,
-                         bucket=run_common.buckets(F))
+                         **run_common.length_options(F))
     run_common.run_task(F, spec, plan, config, strategy)
 
 

@@ -89,9 +89,13 @@ def define_common_flags(default_seq_len: int = 128, default_lr: float = 2e-5) ->
                       "embeddings included; with 0.75 on XLNet-Large the embedding trains at 0.001x the top rate "
                       "and the bottom layers practically freeze.")
     flags.DEFINE_bool("length_buckets", True, "Training batches of examples of one length group, each padded to its "
-                      "longest example (multiples of 8; classification and RACE); off, or with --grad_accum_steps > 1 "
+                      "longest example (rounded up to --length_multiple); off, or with --grad_accum_steps > 1 "
                       "(which stacks batches of one shape), every training batch is padded to max_seq_length. "
-                      "Evaluation, prediction and the export always pad a batch to its longest text.")
+                      "Evaluation and prediction always pad a batch to its longest text.")
+    flags.DEFINE_integer("length_multiple", 0, "Padded batch lengths are rounded up to a multiple of this (training "
+                         "and evaluation; each new length is traced once). 0: by machine, 8 with a GPU or TPU (XLA "
+                         "compiles whole steps per shape), 2 on CPU (less padding; measured faster there).",
+                         lower_bound=0)
     flags.DEFINE_integer("grad_accum_steps", 1, "Micro-batches per update (same update as a k-times batch).",
                          lower_bound=1)
     flags.DEFINE_enum("precision", "float32", list(PRECISIONS), "Compute precision.")
@@ -219,9 +223,16 @@ def train_config(F, model_dir: str):
         seed=F.seed, progress=F.progress)
 
 
-def buckets(F) -> bool:
-    """Training batches grouped by length (--length_buckets), unless gradient accumulation needs one shape."""
-    return bool(F.length_buckets) and F.grad_accum_steps == 1
+def length_options(F) -> dict:
+    """The task runs' padding options: ``bucket``, training batches grouped by length (--length_buckets, unless
+    gradient accumulation needs one shape), and ``length_multiple`` (--length_multiple, 0 resolved by
+    ``data.lengths.default_multiple``)."""
+    from data import lengths
+
+    multiple = F.length_multiple or lengths.default_multiple()
+    logging.info("batches padded to their longest example, rounded up to a multiple of %d%s", multiple,
+                 "" if F.length_multiple else " (--length_multiple=0: this machine's default)")
+    return dict(bucket=bool(F.length_buckets) and F.grad_accum_steps == 1, length_multiple=multiple)
 
 
 def bias_correction(F) -> bool:

@@ -84,7 +84,7 @@ def main(_):
     spec = RaceRun(F.data_dir, tokenizer, config, L, QA, paths["cache_dir"], F.high_only, F.middle_only,
                    F.eval_split, subsets, F.eval_batch_size, F.predict_batch_size, head_options, seed=F.seed,
                    num_workers=F.num_workers, progress=F.progress, overwrite_data=F.overwrite_data,
-                   max_segments=F.max_segments if memory else None, bucket=run_common.buckets(F))
+                   max_segments=F.max_segments if memory else None, **run_common.length_options(F))
     run_common.run_task(F, spec, plan, config, strategy)
 
 

@@ -119,7 +119,7 @@ def main(_):
                     (train_examples, F.train_file) if F.do_train else None,
                     (predict_examples, F.predict_file) if predict else None, v2, options, head_options,
                     num_workers=F.num_workers, progress=F.progress, overwrite_data=F.overwrite_data, seed=F.seed,
-                    bucket=run_common.buckets(F))
+                    **run_common.length_options(F))
     run_common.run_task(F, spec, plan, config, strategy)
 
 

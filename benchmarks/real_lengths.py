@@ -13,9 +13,9 @@ step (forward, loss, backward, clipping, AdamW update; dropout 0.1) at the batch
    spiece.model, ``A <sep> <cls>``) and yields its padded lengths:
    * ``ours_fixed``: every batch [32, 128] (the TFRecords' layout);
    * ``ours_m{1,2,4,8}``: ``--length_buckets`` (``data/lengths.py``): examples grouped by their length rounded
-     up to a multiple of m, each batch padded to that length (m = 8 is what the trainer does,
-     ``xlnet_tf.export.LENGTH_MULTIPLE``; 1, 2 and 4 show what a finer rounding would cost: fewer padded tokens,
-     more lengths to compile);
+     up to a multiple of m, each batch padded to that length (``--length_multiple``: the trainer's default is 2
+     on a CPU and 8 with a GPU or TPU, ``data.lengths.default_multiple``; 1 and 4 show the cost of the other
+     roundings: fewer padded tokens, more lengths to compile);
    * ``hf_dynamic``: random batches padded to their longest (``Trainer`` + ``DataCollatorWithPadding``);
    * ``hf_grouped``: the same with ``group_by_length`` (mega-batches of 50 batches sorted by length).
 2. **Step time by padded length**: each implementation in its OWN worker process (two frameworks' thread pools

@@ -161,13 +161,14 @@ def parse_spec(spec: FeatureSpec):
 def make_dataset(paths: Sequence[str] | str, spec: FeatureSpec, batch_size: int, is_training: bool,
                  seed: Optional[int] = None, shuffle_buffer: int = 10000, drop_remainder: Optional[bool] = None,
                  repeat: Optional[bool] = None, int32: bool = True, input_context=None,
-                 dynamic: Optional[str] = None):
+                 dynamic: Optional[str] = None, length_multiple: int = 8):
     """TFRecords -> tf.data of dict batches (int64 features cast to int32 when ``int32``).
 
     ``input_context`` (a ``tf.distribute.InputContext``) shards files/records per input pipeline.
     ``dynamic`` ("left" or "right": the side one-window records are padded on; classification and RACE pad on
     the left, SQuAD on the right): each batch padded to its own longest example, and in training the examples
-    grouped by length first (``data.lengths``); None: every batch keeps the records' ``max_seq_length``.
+    grouped by length first (``data.lengths``), lengths rounded up to ``length_multiple``; None: every batch keeps
+    the records' ``max_seq_length``.
     """
     import tensorflow as tf
 
@@ -198,10 +199,10 @@ def make_dataset(paths: Sequence[str] | str, spec: FeatureSpec, batch_size: int,
     left = dynamic == "left"
     if dynamic and is_training:
         ds = lengths.length_buckets(ds, batch_size, spec["input_ids"][1][-1], drop_remainder=drop_remainder,
-                                    left=left)
+                                    left=left, multiple=length_multiple)
     else:
         ds = ds.batch(batch_size, drop_remainder=drop_remainder)
         if dynamic:
-            ds = ds.map(lambda b: lengths.trim_batch(b, left))
+            ds = ds.map(lambda b: lengths.trim_batch(b, left, length_multiple))
     return ds.prefetch(tf.data.AUTOTUNE)
 

@@ -1,6 +1,7 @@
 """Batches padded to their own longest example (data/lengths.py, the serving graph's batch_length): the same
 example gives the same outputs at any padded length, per task layout, and the tf.data pipelines keep every
-example (evaluation: in order) while padding each batch to a multiple of 8."""
+example (evaluation: in order) while padding each batch to a multiple of --length_multiple (8 by default in the
+library, 2 on a CPU run)."""
 
 import numpy as np
 import pytest
@@ -72,6 +73,8 @@ def test_evaluation_batches_are_trimmed_and_keep_order(tmp_path):
     path, spec, feats = _records(tmp_path, n_real, 64)
     batches = list(tfrecord_io.make_dataset(path, spec, 3, is_training=False, dynamic="left"))
     assert [b["input_ids"].shape[1] for b in batches] == [40, 64, 24]
+    finer = tfrecord_io.make_dataset(path, spec, 3, is_training=False, dynamic="left", length_multiple=2)
+    assert [b["input_ids"].shape[1] for b in finer] == [40, 60, 18]
     labels = np.concatenate([b["label"].numpy() for b in batches])
     assert labels.tolist() == list(range(7))
     for b in batches:  # the kept columns are the records' last ones
@@ -79,20 +82,30 @@ def test_evaluation_batches_are_trimmed_and_keep_order(tmp_path):
             np.testing.assert_array_equal(row, feats["input_ids"][i][-len(row):])
 
 
-def test_training_batches_come_from_one_length_group(tmp_path):
+@pytest.mark.parametrize("multiple", [8, 2])
+def test_training_batches_come_from_one_length_group(tmp_path, multiple):
     rng = np.random.default_rng(2)
     n_real = rng.integers(3, 64, 200).tolist()
     path, spec, _ = _records(tmp_path, n_real, 64)
-    ds = tfrecord_io.make_dataset(path, spec, 8, is_training=True, seed=3, dynamic="left")
-    seen = {}
+    ds = tfrecord_io.make_dataset(path, spec, 8, is_training=True, seed=3, dynamic="left",
+                                  length_multiple=multiple)
+    seen, widths = {}, set()
     for b in ds.take(60):
         width = b["input_ids"].shape[1]
+        widths.add(width)
         real = b["padding_mask"].numpy().sum(1)
-        assert b["input_ids"].shape[0] == 8 and width % 8 == 0 and width <= 64
-        assert (padded_length(int(real.max()), 64) == width) and (real > width - 8).all()  # one group
+        assert b["input_ids"].shape[0] == 8 and width % multiple == 0 and width <= 64
+        assert (padded_length(int(real.max()), 64, multiple) == width) and (real > width - multiple).all()
         for i in b["label"].numpy():
             seen[int(i)] = seen.get(int(i), 0) + 1
     assert len(seen) > 150  # shuffled across the whole file, not one group drained first
+    assert len(widths) > 64 // 8 if multiple < 8 else len(widths) <= 64 // 8  # finer groups: more shapes
+
+
+def test_default_multiple_by_machine():
+    """8 where a GPU/TPU compiles whole steps with XLA; 2 on a CPU (less padding, a trace per new length)."""
+    accelerated = tf.config.list_physical_devices("GPU") or tf.config.list_physical_devices("TPU")
+    assert lengths.default_multiple() == (8 if accelerated else 2)
 
 
 def test_squad_same_predictions_when_right_padding_is_trimmed():

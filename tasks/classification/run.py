@@ -16,17 +16,18 @@ class ClassifierRun(runner.TaskSpec):
 
     def __init__(self, task, data_dir, tokenizer, config, max_seq_length, cache_dir, eval_batch_size,
                  predict_batch_size, head_options, seed=42, progress=True, overwrite_data=False,
-                 max_segments=None, bucket=True):
+                 max_segments=None, bucket=True, length_multiple=8):
         """``max_segments``: memory mode (long documents in up to that many windows, the model's
         ``config.mem_len`` > 0); ``bucket``: training batches of examples of one length group (one-window records:
         padded to the batch's longest, ``data.lengths``; memory mode: the same window count). Evaluation batches
-        are always padded to their longest."""
+        are always padded to their longest. Padded lengths are rounded up to ``length_multiple``."""
         self.task, self.data_dir, self.tokenizer, self.config = task, data_dir, tokenizer, config
         self.L, self.cache_dir, self.head_options, self.seed = max_seq_length, cache_dir, head_options, seed
         self.eval_batch_size, self.predict_batch_size = eval_batch_size, predict_batch_size or eval_batch_size
         self.progress, self.overwrite_data = progress, overwrite_data
         self.name, self.main_metric = task.name, task.main_metric
         self.max_segments, self.bucket = (int(max_segments) if max_segments else None), bucket
+        self.length_multiple = length_multiple
         if self.max_segments and task.is_pair:
             raise ValueError(f"--long_doc_mode=memory: task {task.name} has two texts; memory mode handles "
                              f"single-text tasks")
@@ -65,7 +66,8 @@ class ClassifierRun(runner.TaskSpec):
             return cls_data.make_window_dataset(self.features("train")[0], batch_size, is_training=True,
                                                 bucket=self.bucket, seed=self.seed, input_context=input_context)
         return cls_data.make_dataset(self.features("train")[0], batch_size, is_training=True, seed=self.seed,
-                                     input_context=input_context, dynamic="left" if self.bucket else None)
+                                     input_context=input_context, dynamic="left" if self.bucket else None,
+                                     length_multiple=self.length_multiple)
 
     def _predict(self, model, split, batch_size):
         from tasks.classification import features as cls_data
@@ -74,7 +76,8 @@ class ClassifierRun(runner.TaskSpec):
         if self.max_segments:
             ds = cls_data.make_window_dataset(self.features(split)[0], batch_size, is_training=False)
         else:
-            ds = cls_data.make_dataset(self.features(split)[0], batch_size, is_training=False, dynamic="left")
+            ds = cls_data.make_dataset(self.features(split)[0], batch_size, is_training=False, dynamic="left",
+                                       length_multiple=self.length_multiple)
         out = finetune.predict_with_labels(model, ds, self.finetuner.strategy)
         return out, out["score"] if self.task.regression else out["label_pred"]
 

@@ -216,18 +216,19 @@ def write_race_features(source: str, split: str, output_path: str, tokenizer: XL
 
 # ---------------------------------------------------------------------------------------------- reading
 def race_dataset(paths, max_seq_length: int, batch_size: int, is_training: bool, max_segments: Optional[int] = None,
-                 bucket: bool = True, **kwargs):
+                 bucket: bool = True, length_multiple: int = 8, **kwargs):
     """TFRecords -> tf.data batches of {input_ids, segment_ids, padding_mask: [b, 4, L], label, level: [b]}
     (``max_segments``: windows [b, 4, W, L] and ``num_segments``, batched as the classifier's
     ``make_window_dataset``: W = the batch's most windows; training buckets by window count). One window: each
-    batch padded to its longest example, training batches of one length group with ``bucket``
-    (``data.lengths``)."""
+    batch padded to its longest example (rounded up to ``length_multiple``), training batches of one length
+    group with ``bucket`` (``data.lengths``)."""
     if max_segments:
         from tasks.classification.features import make_window_dataset
 
         return make_window_dataset(paths, batch_size, is_training, bucket=bucket, **kwargs)
     return tfrecord_io.make_dataset(paths, race_feature_spec(max_seq_length), batch_size, is_training,
-                                    dynamic="left" if bucket or not is_training else None, **kwargs)
+                                    dynamic="left" if bucket or not is_training else None,
+                                    length_multiple=length_multiple, **kwargs)
 
 
 def flatten_choices(features: Dict[str, object]) -> Dict[str, object]:

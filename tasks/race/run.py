@@ -47,7 +47,8 @@ class RaceRun(runner.TaskSpec):
 
     def __init__(self, data_dir, tokenizer, config, max_seq_length, max_qa_length, cache_dir, high_only,
                  middle_only, eval_split, subsets, eval_batch_size, predict_batch_size, head_options, seed=42,
-                 num_workers=None, progress=True, overwrite_data=False, max_segments=None, bucket=True):
+                 num_workers=None, progress=True, overwrite_data=False, max_segments=None, bucket=True,
+                 length_multiple=8):
         self.data_dir, self.tokenizer, self.config = data_dir, tokenizer, config
         self.L, self.QA, self.cache_dir = max_seq_length, max_qa_length, cache_dir
         self.high_only, self.middle_only, self.eval_split, self.subsets = high_only, middle_only, eval_split, subsets
@@ -55,6 +56,7 @@ class RaceRun(runner.TaskSpec):
         self.head_options, self.seed, self.num_workers = head_options, seed, num_workers
         self.progress, self.overwrite_data = progress, overwrite_data
         self.max_segments, self.bucket = (int(max_segments) if max_segments else None), bucket
+        self.length_multiple = length_multiple
         if self.max_segments and config.mem_len <= 0:
             raise ValueError("--long_doc_mode=memory needs --mem_len > 0")
 
@@ -119,14 +121,14 @@ class RaceRun(runner.TaskSpec):
 
         return race_data.race_dataset(self.features("train")[0], self.L, batch_size, is_training=True,
                                       max_segments=self.max_segments, bucket=self.bucket, seed=self.seed,
-                                      input_context=input_context)
+                                      input_context=input_context, length_multiple=self.length_multiple)
 
     def _predict(self, model, split, batch_size):
         from tasks.race import features as race_data
         from xlnet_tf import finetune
 
         ds = race_data.race_dataset(self.features(split)[0], self.L, batch_size, is_training=False,
-                                    max_segments=self.max_segments)
+                                    max_segments=self.max_segments, length_multiple=self.length_multiple)
         return finetune.predict_with_labels(model, ds, self.finetuner.strategy), ds
 
     def evaluate(self, model, step):

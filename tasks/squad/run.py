@@ -18,12 +18,13 @@ class SquadRun(runner.TaskSpec):
     name = "squad"
 
     def __init__(self, tokenizer, config, cache_dir, train, predict, v2, options, head_options,
-                 num_workers=None, progress=True, overwrite_data=False, seed=42, bucket=True):
+                 num_workers=None, progress=True, overwrite_data=False, seed=42, bucket=True, length_multiple=8):
         self.tokenizer, self.config, self.cache_dir = tokenizer, config, cache_dir
         self.sources = {"train": train, "predict": predict}  # split -> (examples, file) or None
         self.v2, self.o, self.head_options, self.seed = v2, options, head_options, seed
         self.num_workers, self.progress, self.overwrite_data = num_workers, progress, overwrite_data
         self.bucket = bucket  # training batches of one length group, padded to their longest (data.lengths)
+        self.length_multiple = length_multiple  # padded lengths rounded up to a multiple of this
         self.main_metric = "best_f1" if v2 else "f1"
         self.null_threshold = options["null_score_diff_threshold"] if v2 else None
         self._kept = {}
@@ -73,7 +74,8 @@ class SquadRun(runner.TaskSpec):
 
         return squad_data.squad_dataset(self.features("train")[0], self.o["max_seq_length"], batch_size,
                                         is_training=True, seed=self.seed, input_context=input_context,
-                                        dynamic="right" if self.bucket else None)
+                                        dynamic="right" if self.bucket else None,
+                                        length_multiple=self.length_multiple)
 
     @property
     def labelled(self):
@@ -100,7 +102,7 @@ class SquadRun(runner.TaskSpec):
             return out
 
         ds = squad_data.squad_dataset(path, o["max_seq_length"], o["predict_batch_size"], is_training=False,
-                                      dynamic="right")
+                                      dynamic="right", length_multiple=self.length_multiple)
         t0 = time.time()
         out = run_predict(model, ds, self.finetuner.strategy, output_fn=output_fn)
         preds = postprocess(index, concat_results([out]), n_best_size=o["n_best_size"],
