@@ -51,7 +51,7 @@ def define_common_flags(default_seq_len: int = 128, default_lr: float = 2e-5) ->
     flags.DEFINE_string("summary_type", "last", "Sequence summary: last|first|mean|attn.")
     # --- data
     flags.DEFINE_integer("max_seq_length", default_seq_len, "Maximum sequence length in pieces.", lower_bound=1)
-    flags.DEFINE_bool("check_memory", True, "Refuse a run whose estimated memory (xlnet_tf.memory: parameters, "
+    flags.DEFINE_bool("check_memory", True, "Refuse a run whose estimated memory (xlnet_tf.ram: parameters, "
                       "optimizer state and the step's activations at this length and batch) exceeds this machine's "
                       "memory, before any feature is written; false: run anyway.")
     flags.DEFINE_bool("overwrite_data", False, "Rebuild cached TFRecords even when valid.")
@@ -284,11 +284,11 @@ def check_schedule(F) -> None:
 
 def check_memory(F, config, training: bool, head: str = "classification", rows: int = 1,
                  length_flag: str = "max_seq_length") -> None:
-    """Refuses (one line) a run whose ``xlnet_tf.memory`` estimate exceeds the machine's memory, before any work:
+    """Refuses (one line) a run whose ``xlnet_tf.ram`` estimate exceeds the machine's memory, before any work:
     training at --train_batch_size, else inference at the evaluation batch; ``rows``: sequences per example (RACE:
     its 4 options); ``length_flag``: the flag holding the sequence length. Whole-step XLA's estimate (the smaller
     one) is used, so only a run that cannot fit is refused."""
-    from xlnet_tf import memory
+    from xlnet_tf import ram
 
     if not F.check_memory:
         return
@@ -296,16 +296,16 @@ def check_memory(F, config, training: bool, head: str = "classification", rows: 
     flag, batch = (("train_batch_size", F.train_batch_size) if training else
                    ("predict_batch_size" if F.predict_batch_size else "eval_batch_size",
                     F.predict_batch_size or F.eval_batch_size))
-    need = memory.estimate(config, length, batch * rows, precision=F.precision, recompute=F.recompute,
+    need = ram.estimate(config, length, batch * rows, precision=F.precision, recompute=F.recompute,
                            num_trainable_layers=(None if F.num_trainable_layers < 0 else F.num_trainable_layers)
                            if training else 0, grad_accum_steps=F.grad_accum_steps if training else 1,
                            head=head, jit=True)["total"]
-    have = memory.machine_memory()
+    have = ram.machine_memory()
     if have and need > have:
         GiB = 2.0 ** 30
         what = "training" if training else "inference"
         raise ValueError(f"--{length_flag}={length} with --{flag}={batch}: {what} is estimated to need "
-                         f"{need / GiB:,.1f} GiB (xlnet_tf.memory), this machine has {have / GiB:,.1f} GiB; lower "
+                         f"{need / GiB:,.1f} GiB (xlnet_tf.ram), this machine has {have / GiB:,.1f} GiB; lower "
                          f"them, or pass --nocheck_memory to run anyway")
 
 
