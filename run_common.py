@@ -1,11 +1,12 @@
 """Flags shared by the run_*.py entry points, turned into plain objects (the library below reads no flags).
 
-Each entry point calls ``define_common_flags()`` before ``app.run`` and ``finetune_setup(FLAGS)`` after.
+Each entry point defines its flags (``define_common_flags``) and runs
+``app.run(main_wrapper(main), flags_parser=parse_flags)``; ``start_run`` checks the inputs and takes the output
+directory (the manifest and the guard live in ``run_state``).
 """
 
 from __future__ import annotations
 
-import atexit
 import errno
 import json
 import logging
@@ -234,25 +235,6 @@ def bias_correction(F) -> bool:
     return auto_bias_correction(F.weight_decay, pretrained=bool(F.init_checkpoint))
 
 
-# Flags that change what a training run learns (besides the model config, the data and the tokenizer).
-TRAINING_FLAGS = ("learning_rate", "train_steps", "warmup_steps", "min_lr_ratio", "weight_decay", "adam_epsilon",
-                  "adam_bias_correction", "clip", "lr_layer_decay_rate", "layer_decay_mode", "grad_accum_steps",
-                  "length_buckets", "precision", "num_trainable_layers", "head_hidden_sizes", "train_batch_size", "seed",
-                  "summary_type", "init_checkpoint")
-
-
-def _checkpoint_identity(path: Optional[str]):
-    """The ``stat_identity`` of an init checkpoint's files (hashing gigabytes at every start would be slow)."""
-    from xlnet_tf.fileutil import stat_identity
-
-    if not path:
-        return None
-    files = sorted(os.path.join(path, n) for n in os.listdir(path)) if os.path.isdir(path) else \
-        sorted(p for p in (os.path.join(os.path.dirname(path) or ".", n)
-                           for n in os.listdir(os.path.dirname(path) or ".")) if p.startswith(path))
-    return [stat_identity(p) for p in files if os.path.isfile(p)]
-
-
 def _check_case(F) -> None:
     """A backbone pretrained by run_pretrain.py records whether its tokenizer lower-cased the text
     (``pretrain_results.json`` beside the checkpoint); fine-tuning it with the other casing turns capitals into
@@ -312,12 +294,11 @@ def check_memory(F, config, training: bool, head: str = "classification", rows: 
 def start_run(F, run_dir: str, script: str, task: str, config, tokenizer, training: bool,
               train_sources: Optional[Sequence[str]] = (), data: Optional[Dict] = None,
               work_dirs: Sequence[str] = (), memory: Optional[Dict] = None):
-    """Checks the inputs against the model and takes ``run_dir`` for this run (``run_state.RunGuard``: lock,
+    """Checks the inputs against the model and takes ``run_dir`` for this run (``run_state.take_run_dir``: lock,
     stale temporaries, manifest). Held until the process exits. ``train_sources=None``: the training data
     is not given to this run (reused records) and not compared. ``memory``: the task's arguments of
     ``check_memory`` (head, rows per example, the length flag)."""
-    from run_state import RunGuard
-    from xlnet_tf.fileutil import content_hash
+    import run_state
 
     vocab = int(tokenizer.vocab_size)
     if vocab > config.n_token:
@@ -327,21 +308,8 @@ def start_run(F, run_dir: str, script: str, task: str, config, tokenizer, traini
     if training:
         check_schedule(F)
     check_memory(F, config, training, **(memory or {}))
-    manifest = {"script": script, "task": task,
-                "tokenizer": {"sha256": content_hash(tokenizer.spiece_model_file), "uncased": bool(F.uncased)},
-                "model_shape": config.to_original_dict(), "model": config.to_dict(),
-                "data": dict(data or {}),
-                "training": {k: (_checkpoint_identity(F.init_checkpoint) if k == "init_checkpoint"
-                                 else getattr(F, k)) for k in TRAINING_FLAGS if hasattr(F, k)}}
-    if train_sources is not None:
-        manifest["train_data"] = {os.path.abspath(p): content_hash(p) for p in train_sources}
-    temp_dirs = [os.path.dirname(os.path.abspath(d)) for d in (getattr(F, "export_dir", None),
-                                                               getattr(F, "export_huggingface", None)) if d]
-    guard = RunGuard(run_dir, manifest, training=training, overwrite=F.overwrite_output_dir,
-                     work_dirs=work_dirs, temp_dirs=temp_dirs)
-    guard.__enter__()
-    atexit.register(guard.__exit__, None, None, None)  # a killed run's flock is dropped by the kernel
-    return guard
+    manifest = run_state.run_manifest(F, script, task, config, tokenizer, data, train_sources)
+    return run_state.take_run_dir(F, run_dir, manifest, training, work_dirs)
 
 
 def model_dir(F) -> str:
