@@ -70,10 +70,8 @@ def main(_):
     head_options = dict(summary_type=F.summary_type, hidden_sizes=run_common.head_hidden_sizes(F), dropout=F.dropout)
     from tasks.classification.run import ClassifierRun
 
-    spec = ClassifierRun(task, F.data_dir, tokenizer, config, L, paths["cache_dir"], F.eval_batch_size,
-                         F.predict_batch_size, head_options, seed=F.seed, progress=F.progress,
-                         overwrite_data=F.overwrite_data, max_segments=F.max_segments if memory else None,
-                         bucket=run_common.buckets(F))
+    spec = ClassifierRun(task, F.data_dir,
+                         run_common.task_options(F, tokenizer, config, paths["cache_dir"], head_options, memory))
     run_common.run_task(F, spec, plan, config, strategy)
 
 

@@ -332,6 +332,19 @@ def plan(F, do_eval: Optional[bool] = None, do_predict: Optional[bool] = None, r
     return plan_
 
 
+def task_options(F, tokenizer, config, cache_dir: str, head_options: Dict, memory: bool = False):
+    """The runner's ``TaskOptions`` from the flags (``memory``: --long_doc_mode=memory, checked by
+    ``long_doc_options``)."""
+    from tasks import runner
+
+    return runner.TaskOptions(
+        tokenizer=tokenizer, config=config, max_seq_length=F.max_seq_length, cache_dir=cache_dir,
+        eval_batch_size=F.eval_batch_size, predict_batch_size=F.predict_batch_size, head_options=head_options,
+        seed=F.seed, progress=F.progress, overwrite_data=F.overwrite_data,
+        max_segments=F.max_segments if memory else None, bucket=buckets(F),
+        num_workers=getattr(F, "num_workers", None))
+
+
 def run_task(F, task, plan_, config, strategy_) -> None:
     """Runs ``task`` (a ``runner.TaskSpec``) by the flags' ``plan_`` with the one runner."""
     from tasks import runner
