@@ -27,7 +27,7 @@ flags.DEFINE_list("labels", None, "generic task: the label set (default: discove
 flags.DEFINE_bool("regression", False, "generic task: the label is a real number.")
 run_common.define_long_doc_flags("document", "single-text tasks: consecutive windows of max_seq_length run left "
                                  "to right with the previous windows' hidden states as memory; the head reads the "
-                                 "CLS at the end of the document")
+                                 "CLS at the end of the document; only the last window gets gradients")
 run_common.define_common_flags(default_seq_len=128, default_lr=2e-5)
 
 log = logging.getLogger("run_classifier")

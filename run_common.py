@@ -120,27 +120,34 @@ def define_common_flags(default_seq_len: int = 128, default_lr: float = 2e-5) ->
     flags.DEFINE_bool("progress", True, "Show progress bars.")
 
 
-def define_long_doc_flags(unit: str, memory_help: str) -> None:
-    """``--long_doc_mode``, ``--mem_len``, ``--max_segments`` (the classifier's documents, RACE's articles)."""
+def define_long_doc_flags(unit: str, memory_help: str, max_segments: bool = True) -> None:
+    """``--long_doc_mode``, ``--mem_len`` and (``max_segments``) ``--max_segments``: the classifier's documents,
+    RACE's articles, extract_features' texts."""
     flags.DEFINE_enum("long_doc_mode", "truncate", ["truncate", "memory"],
                       f"{unit.capitalize()}s longer than max_seq_length: truncate (keep the beginning, the original) "
-                      f"or memory ({memory_help}; only the last window gets gradients).")
+                      f"or memory ({memory_help}).")
     flags.DEFINE_integer("mem_len", None, "memory mode: memory length in positions (default: max_seq_length).")
-    flags.DEFINE_integer("max_segments", 8, f"memory mode: at most this many windows per {unit} in training, "
-                         f"evaluation and prediction (a longer {unit} keeps its beginning, as truncation); the "
-                         f"export reads the whole {unit}.")
+    if max_segments:
+        flags.DEFINE_integer("max_segments", 8, f"memory mode: at most this many windows per {unit} in training, "
+                             f"evaluation and prediction (a longer {unit} keeps its beginning, as truncation); the "
+                             f"export reads the whole {unit}.")
 
 
 def long_doc_options(F):
-    """(memory mode?, the model's mem_len, the data settings the run manifest records) from the long-doc flags."""
+    """(memory mode?, the model's mem_len, the data settings the run manifest records) from the long-doc flags
+    (without ``--max_segments``: a document in as many windows as it needs)."""
     if F.long_doc_mode != "memory":
         return False, 0, {}
-    if F.max_segments < 1:
-        raise ValueError(f"--max_segments: expected >= 1, got {F.max_segments}")
+    max_segments = getattr(F, "max_segments", None)
+    if max_segments is not None and max_segments < 1:
+        raise ValueError(f"--max_segments: expected >= 1, got {max_segments}")
     mem_len = F.mem_len if F.mem_len is not None else F.max_seq_length
     if mem_len <= 0:
         raise ValueError(f"--mem_len: expected > 0 in memory mode, got {mem_len}")
-    return True, mem_len, {"long_doc_mode": "memory", "max_segments": F.max_segments}
+    data = {"long_doc_mode": "memory"}
+    if max_segments is not None:
+        data["max_segments"] = max_segments
+    return True, mem_len, data
 
 
 # The directories a run writes (its checkpoints record paths inside them: the input iterator's TFRecord files),

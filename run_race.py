@@ -44,7 +44,7 @@ flags.DEFINE_enum("eval_split", "dev", ["dev", "test"], "Split scored by --do_ev
 flags.DEFINE_integer("num_workers", None, "Processes tokenising RACE (default: CPU count, at most 8).")
 run_common.define_long_doc_flags("article", "per option, the article's earlier windows run left to right as "
                                  "memory; the last window holds the article's tail, the question and option, and the "
-                                 "CLS the head reads")
+                                 "CLS the head reads; only the last window gets gradients")
 run_common.define_common_flags(default_seq_len=512, default_lr=2e-5)
 
 log = logging.getLogger("run_race")
