@@ -27,14 +27,19 @@ FLAGS = flags.FLAGS
 from xlnet_tf.hardware import POLICY_OF_DTYPE as EXPORT_PRECISIONS, PRECISIONS  # noqa: E402
 
 
-def define_common_flags(default_seq_len: int = 128, default_lr: float = 2e-5) -> None:
-    # --- model and checkpoints
+def define_model_flags() -> None:
+    """The model and tokenizer flags of every entry point (``generate.py`` defines only these of the shared ones)."""
     flags.DEFINE_string("model_config_path", None, "XLNetConfig json (original, HF or ours) or a preset name "
                         "(tiny/small/base/large). Default: the config next to --init_checkpoint.")
     flags.DEFINE_string("init_checkpoint", None, "Original TF1 checkpoint (dir or prefix), HuggingFace dir or our "
-                        "own format. Random initialisation when absent.")
+                        "own format. Fine-tuning from random initialisation when absent.")
     flags.DEFINE_string("spiece_model_file", None, "SentencePiece model.")
     flags.DEFINE_bool("uncased", False, "Lower-case the input (uncased models).")
+
+
+def define_common_flags(default_seq_len: int = 128, default_lr: float = 2e-5) -> None:
+    # --- model and checkpoints
+    define_model_flags()
     flags.DEFINE_string("output_dir", None, "Where results, predictions and cached TFRecords go.")
     flags.DEFINE_string("model_dir", None, "Training checkpoints and TensorBoard (default OUTPUT_DIR/model).")
     flags.DEFINE_string("cache_dir", None, "TFRecord cache (default OUTPUT_DIR/data).")
