@@ -59,9 +59,9 @@ def main(_):
         raise ValueError("--data_dir is required")
     if hasattr(task, "discover_labels"):
         task.discover_labels(F.data_dir)
-    if memory and task.is_pair:
-        raise ValueError(f"--long_doc_mode=memory: task {task.name} has two texts; memory mode handles single-text "
-                         f"tasks (use --long_doc_mode=truncate)")
+    from tasks.runner import check_long_doc
+
+    check_long_doc(task.name, config, F.max_segments if memory else None, pair=task.is_pair)  # before start_run
     L = F.max_seq_length
     run_common.start_run(F, paths["output_dir"], "run_classifier", task.name, config, tokenizer, F.do_train,
                          train_sources=task.source_files(F.data_dir, "train") if F.do_train else (),

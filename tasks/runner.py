@@ -62,6 +62,18 @@ class TaskOptions:
     num_workers: Optional[int] = None  # processes writing features (tasks that parallelise it)
 
 
+def check_long_doc(task_name: str, config, max_segments: Optional[int], pair: bool = False) -> None:
+    """Memory mode (``max_segments``, from --long_doc_mode=memory) needs single-text examples and a model with
+    memory (``config.mem_len`` > 0); one line otherwise."""
+    if not max_segments:
+        return
+    if pair:
+        raise ValueError(f"--long_doc_mode=memory: task {task_name} has two texts; memory mode handles single-text "
+                         f"tasks (use --long_doc_mode=truncate)")
+    if config.mem_len <= 0:
+        raise ValueError("--long_doc_mode=memory needs --mem_len > 0")
+
+
 class TaskSpec:
     """What the runner needs of a task. ``finetuner`` (an ``xlnet_tf.finetune.FineTuner``) is set by the
     runner before any method below is called. ``TaskOptions``' fields are attributes of the spec (``L`` is
@@ -69,6 +81,7 @@ class TaskSpec:
     name = "task"
     main_metric = "accuracy"
     finetuner = None
+    pair = False  # examples of two texts (memory mode refuses them)
 
     def __init__(self, options: TaskOptions):
         o = options
@@ -79,6 +92,7 @@ class TaskSpec:
             o.overwrite_data
         self.max_segments, self.bucket = (int(o.max_segments) if o.max_segments else None), o.bucket
         self.num_workers = o.num_workers
+        check_long_doc(self.name, self.config, self.max_segments, self.pair)
 
     def head(self):
         """A fresh head (``xlnet_tf.head.Head``)."""

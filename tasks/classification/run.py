@@ -15,14 +15,9 @@ class ClassifierRun(runner.TaskSpec):
     """A classification / regression task for the runner (plain arguments)."""
 
     def __init__(self, task, data_dir: str, options: runner.TaskOptions):
-        super().__init__(options)
         self.task, self.data_dir = task, data_dir
-        self.name, self.main_metric = task.name, task.main_metric
-        if self.max_segments and task.is_pair:
-            raise ValueError(f"--long_doc_mode=memory: task {task.name} has two texts; memory mode handles "
-                             f"single-text tasks")
-        if self.max_segments and self.config.mem_len <= 0:
-            raise ValueError("--long_doc_mode=memory needs --mem_len > 0")
+        self.name, self.main_metric, self.pair = task.name, task.main_metric, task.is_pair
+        super().__init__(options)  # (checks memory mode: runner.check_long_doc)
 
     def build_features(self, split):
         """(TFRecord path, count) of ``split`` ("train", "dev", "test")."""

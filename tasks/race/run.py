@@ -61,8 +61,6 @@ class RaceRun(runner.TaskSpec):
         self.data_dir, self.QA, self.high_only, self.middle_only = data.data_dir, data.max_qa_length, \
             data.high_only, data.middle_only
         self.eval_split, self.subsets = data.eval_split, data.subsets
-        if self.max_segments and self.config.mem_len <= 0:
-            raise ValueError("--long_doc_mode=memory needs --mem_len > 0")
 
     def build_features(self, split):
         """(TFRecord path, question count) of ``split`` ("train", "dev", "test")."""
