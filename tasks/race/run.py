@@ -79,18 +79,20 @@ class RaceRun(runner.TaskSpec):
                     os.remove(p)
         t0 = time.time()
         if not subset:
-            n = race_data.write_race_features(self.data_dir, split, path, self.tokenizer, L, QA,
-                                              high_only=self.high_only, middle_only=self.middle_only,
+            n = race_data.write_race_features(self.data_dir, split, path, self.tokenizer, max_seq_length=L,
+                                              max_qa_length=QA, high_only=self.high_only, middle_only=self.middle_only,
                                               num_workers=self.num_workers, progress=self.progress,
                                               max_segments=self.max_segments)
         else:
-            meta = race_data.features_meta(self.data_dir, split, self.tokenizer, L, QA, self.high_only,
-                                           self.middle_only, self.max_segments)
+            meta = race_data.features_meta(self.data_dir, split, self.tokenizer, max_seq_length=L, max_qa_length=QA,
+                                           high_only=self.high_only, middle_only=self.middle_only,
+                                           max_segments=self.max_segments)
             meta["subset"] = {"n": int(subset), "seed": 0}
 
             def build():
-                return race_data.iter_features(self.documents(split), self.tokenizer, L, QA, self.num_workers,
-                                               self.max_segments)
+                return race_data.iter_features(self.documents(split), self.tokenizer, max_seq_length=L,
+                                               max_qa_length=QA, num_workers=self.num_workers,
+                                               max_segments=self.max_segments)
 
             n = tfrecord_io.cached_tfrecords(path, build, self.feature_spec(), meta=meta, total=subset,
                                              desc=f"RACE {split}", progress=self.progress)
