@@ -34,9 +34,8 @@ flags.DEFINE_string("input_file", None, "Texts, one per line (A ||| B for a pair
 flags.DEFINE_string("output_file", None, "Where the vectors go: .npz or .tfrecord.")
 flags.DEFINE_list("layers", ["-1"], "Hidden-state indices (0 = embeddings, -1 = last block).")
 flags.DEFINE_enum("pooling", "mean", ["mean", "last"], "Pooled vector: mean over real tokens, or the last (CLS).")
-flags.DEFINE_enum("long_doc_mode", "truncate", ["truncate", "memory"],
-                  "Texts longer than max_seq_length: truncate (keep the beginning) or memory (windows with memory).")
-flags.DEFINE_integer("mem_len", None, "memory mode: memory length in positions (default: max_seq_length).")
+run_common.define_long_doc_flags("text", "single texts: windows of max_seq_length run left to right with the "
+                                 "previous windows' hidden states as memory, each read whole", max_segments=False)
 run_common.define_common_flags(default_seq_len=128, default_lr=0.0)
 
 log = logging.getLogger("extract_features")
@@ -69,14 +68,17 @@ class FeatureRun(runner.TaskSpec):
     """Feature extraction for the runner: ``predict`` writes the vectors of ``texts``."""
     name, main_metric = "features", "none"
 
-    def __init__(self, texts, tokenizer, config, max_seq_length, layers, pooling, batch_size, output_file,
+    def __init__(self, texts, options: runner.TaskOptions, layers=(-1,), pooling="mean", output_file="",
                  memory=False, line_index=None):
-        self.texts, self.tokenizer, self.config, self.L = texts, tokenizer, config, max_seq_length
+        """``texts``: [(a, b or None)]; ``memory``: each text in windows with memory (as many as it needs);
+        vectors are computed at ``options.predict_batch_size``."""
+        super().__init__(options)
+        self.texts = texts
         self.line_index = list(range(len(texts))) if line_index is None else list(line_index)
         self.memory = memory
         if memory and any(b for _, b in texts):
             raise ValueError("--long_doc_mode=memory: one text per line (no ' ||| ' pairs)")
-        self.layers, self.pooling, self.batch_size, self.output_file = layers, pooling, batch_size, output_file
+        self.layers, self.pooling, self.output_file = layers, pooling, output_file
 
     def head(self):
         from heads.features import FeatureHead
@@ -97,14 +99,14 @@ class FeatureRun(runner.TaskSpec):
 
         if self.memory:
             feats = cls_data.encode_documents(self.tokenizer, [a for a, _ in self.texts], self.L)
-            pooled, tokens = document_vectors(model, feats, self.batch_size)
+            pooled, tokens = document_vectors(model, feats, self.predict_batch_size)
             flat = {k: feats[k].reshape(len(tokens), -1) for k in ("input_ids", "padding_mask")}
             write_vectors(self.output_file, pooled, tokens, flat["input_ids"], flat["padding_mask"],
                           np.asarray(model.head.layers, np.int32), self.line_index)
             return self.output_file
         feats = cls_data.encode_texts(self.tokenizer, [a for a, _ in self.texts],
                                       [b or "" for _, b in self.texts], self.L)
-        ds = tf.data.Dataset.from_tensor_slices(feats).batch(self.batch_size)
+        ds = tf.data.Dataset.from_tensor_slices(feats).batch(self.predict_batch_size)
         out = predict(model, ds, self.finetuner.strategy,
                       output_fn=lambda features, outputs: {k: outputs[k] for k in ("tokens", "pooled")})
         head = model.head
@@ -115,22 +117,19 @@ class FeatureRun(runner.TaskSpec):
 
 def document_vectors(model, windows, batch_size):
     """Right-aligned windows [n, W, L] (``encode_documents``) -> (pooled [n, k, d], tokens [n, W*L, k, d]) of the
-    model's ``FeatureHead``: each batch's windows run left to right with the memory of the earlier ones (as
-    ``TaskModel.document_memory``: all-hidden memory first, padded positions hidden), the head reads each window.
+    model's ``FeatureHead``: each batch's windows run left to right with the memory of the earlier ones
+    (``TaskModel.empty_memory`` and ``window_step``, as ``TaskModel.document_memory``), the head reads each
+    window and pools the tokens of all of them (``FeatureHead.pool``).
     """
     import numpy as np
     import tensorflow as tf
 
-    from xlnet_tf.masks import hidden_memory_mask, next_mem_padding_mask
-
-    c, head = model.config, model.head
+    head = model.head
 
     @tf.function
     def window(ids, seg, mask, mems, mem_mask):
-        out = model.backbone(ids, segment_ids=seg, padding_mask=mask, mems=mems, mem_padding_mask=mem_mask,
-                             output_hidden_states=True)
-        tokens = head(out, {"padding_mask": mask})["tokens"]
-        return tokens, out["new_mems"], next_mem_padding_mask(mem_mask, mask, c.mem_len)
+        out, mems, mem_mask = model.window_step(ids, seg, mask, mems, mem_mask, output_hidden_states=True)
+        return head(out, {"padding_mask": mask})["tokens"], mems, mem_mask
 
     n, w, L = windows["input_ids"].shape
     pooled, tokens = [], []
@@ -138,8 +137,7 @@ def document_vectors(model, windows, batch_size):
         part = {k: v[start:start + batch_size] for k, v in windows.items()}
         s = int(part["num_segments"].max())
         b = len(part["num_segments"])
-        mems = [tf.zeros([b, c.mem_len, c.d_model], model.backbone.compute_dtype) for _ in range(c.n_layer)]
-        mem_mask = hidden_memory_mask(b, c.mem_len)
+        mems, mem_mask = model.empty_memory(b)
         out = []
         for i in range(w - s, w):
             t, mems, mem_mask = window(*(tf.constant(part[k][:, i]) for k in ("input_ids", "segment_ids",
@@ -147,10 +145,7 @@ def document_vectors(model, windows, batch_size):
             out.append(t.numpy())
         t = np.concatenate([np.zeros((b, (w - s) * L) + out[0].shape[2:], np.float32)] + out, axis=1)
         mask = part["padding_mask"].reshape(b, -1).astype(np.float32)[:, :, None, None]
-        if head.pooling == "last":
-            pooled.append(t[:, -1])
-        else:
-            pooled.append((t * mask).sum(1) / np.maximum(mask.sum(1), 1.0))
+        pooled.append(head.pool(tf.constant(t), tf.constant(mask)).numpy())
         tokens.append(t)
     return np.concatenate(pooled), np.concatenate(tokens)
 
@@ -188,16 +183,12 @@ def main(_):
     paths = run_common.output_paths(F)
     strategy = run_common.strategy(F)
     tokenizer = run_common.tokenizer(F)
-    memory = F.long_doc_mode == "memory"
-    mem_len = F.mem_len if F.mem_len is not None else F.max_seq_length
-    if memory and mem_len <= 0:
-        raise ValueError(f"--mem_len: expected > 0 in memory mode, got {mem_len}")
+    memory, mem_len, _ = run_common.long_doc_options(F)
     config = run_common.model_config(F, mem_len=mem_len) if memory else run_common.model_config(F)
     run_common.start_run(F, paths["output_dir"], "extract_features", "features", config, tokenizer, False,
                          work_dirs=[paths["model_dir"]])
-    spec = FeatureRun(texts, tokenizer, config, F.max_seq_length, layers, F.pooling,
-                      F.predict_batch_size or F.eval_batch_size, F.output_file, memory=memory,
-                      line_index=line_index)
+    spec = FeatureRun(texts, run_common.task_options(F, tokenizer, config, paths["cache_dir"], {}), layers=layers,
+                      pooling=F.pooling, output_file=F.output_file, memory=memory, line_index=line_index)
     plan = runner.Plan(output_dir=paths["output_dir"], model_dir=paths["model_dir"], do_predict=True,
                        export_huggingface=F.export_huggingface)  # (refused: HuggingFace has no features head)
     run_common.run_task(F, spec, plan, config, strategy)

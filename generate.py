@@ -22,10 +22,7 @@ from absl import app, flags
 import run_common
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("init_checkpoint", None, "Original TF1 checkpoint (dir or prefix), HuggingFace dir or ours.")
-flags.DEFINE_string("model_config_path", None, "XLNetConfig json (default: the config next to --init_checkpoint).")
-flags.DEFINE_string("spiece_model_file", None, "SentencePiece model.")
-flags.DEFINE_bool("uncased", False, "Lower-case the input (uncased models).")
+run_common.define_model_flags()
 flags.DEFINE_string("prompt", None, "One prompt.")
 flags.DEFINE_string("input_file", None, "Prompts, one per line.")
 flags.DEFINE_string("output_file", None, "Where the results go (.jsonl).")
@@ -87,7 +84,7 @@ def main(_):
     from xlnet_tf.generation import Generator, export_generator
 
     run = dict(dropout=0.0, dropatt=0.0, bi_data=False)
-    config = XLNetConfig.from_json_file(F.model_config_path, **run) if F.model_config_path else None
+    config = XLNetConfig.load(F.model_config_path, **run) if F.model_config_path else None
     model = XLNetModel.from_pretrained(F.init_checkpoint, config=config, **({} if config else run))
     if model.config.n_token < tokenizer.vocab_size:
         raise ValueError(f"--spiece_model_file: {tokenizer.vocab_size} pieces, more than the model's "
@@ -111,4 +108,4 @@ def main(_):
 
 
 if __name__ == "__main__":
-    app.run(run_common.main_wrapper(main))
+    app.run(run_common.main_wrapper(main), flags_parser=run_common.parse_flags)

@@ -27,7 +27,7 @@ flags.DEFINE_list("labels", None, "generic task: the label set (default: discove
 flags.DEFINE_bool("regression", False, "generic task: the label is a real number.")
 run_common.define_long_doc_flags("document", "single-text tasks: consecutive windows of max_seq_length run left "
                                  "to right with the previous windows' hidden states as memory; the head reads the "
-                                 "CLS at the end of the document")
+                                 "CLS at the end of the document; only the last window gets gradients")
 run_common.define_common_flags(default_seq_len=128, default_lr=2e-5)
 
 log = logging.getLogger("run_classifier")
@@ -59,9 +59,9 @@ def main(_):
         raise ValueError("--data_dir is required")
     if hasattr(task, "discover_labels"):
         task.discover_labels(F.data_dir)
-    if memory and task.is_pair:
-        raise ValueError(f"--long_doc_mode=memory: task {task.name} has two texts; memory mode handles single-text "
-                         f"tasks (use --long_doc_mode=truncate)")
+    from tasks.runner import check_long_doc
+
+    check_long_doc(task.name, config, F.max_segments if memory else None, pair=task.is_pair)  # before start_run
     L = F.max_seq_length
     run_common.start_run(F, paths["output_dir"], "run_classifier", task.name, config, tokenizer, F.do_train,
                          train_sources=task.source_files(F.data_dir, "train") if F.do_train else (),
@@ -70,10 +70,8 @@ def main(_):
     head_options = dict(summary_type=F.summary_type, hidden_sizes=run_common.head_hidden_sizes(F), dropout=F.dropout)
     from tasks.classification.run import ClassifierRun
 
-    spec = ClassifierRun(task, F.data_dir, tokenizer, config, L, paths["cache_dir"], F.eval_batch_size,
-                         F.predict_batch_size, head_options, seed=F.seed, progress=F.progress,
-                         overwrite_data=F.overwrite_data, max_segments=F.max_segments if memory else None,
-                         **run_common.length_options(F))
+    spec = ClassifierRun(task, F.data_dir,
+                         run_common.task_options(F, tokenizer, config, paths["cache_dir"], head_options, memory))
     run_common.run_task(F, spec, plan, config, strategy)
 
 

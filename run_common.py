@@ -1,11 +1,12 @@
 """Flags shared by the run_*.py entry points, turned into plain objects (the library below reads no flags).
 
-Each entry point calls ``define_common_flags()`` before ``app.run`` and ``finetune_setup(FLAGS)`` after.
+Each entry point defines its flags (``define_common_flags``) and runs
+``app.run(main_wrapper(main), flags_parser=parse_flags)``; ``start_run`` checks the inputs and takes the output
+directory (the manifest and the guard live in ``run_state``).
 """
 
 from __future__ import annotations
 
-import atexit
 import errno
 import json
 import logging
@@ -26,14 +27,19 @@ FLAGS = flags.FLAGS
 from xlnet_tf.hardware import POLICY_OF_DTYPE as EXPORT_PRECISIONS, PRECISIONS  # noqa: E402
 
 
-def define_common_flags(default_seq_len: int = 128, default_lr: float = 2e-5) -> None:
-    # --- model and checkpoints
+def define_model_flags() -> None:
+    """The model and tokenizer flags of every entry point (``generate.py`` defines only these of the shared ones)."""
     flags.DEFINE_string("model_config_path", None, "XLNetConfig json (original, HF or ours) or a preset name "
                         "(tiny/small/base/large). Default: the config next to --init_checkpoint.")
     flags.DEFINE_string("init_checkpoint", None, "Original TF1 checkpoint (dir or prefix), HuggingFace dir or our "
-                        "own format. Random initialisation when absent.")
+                        "own format. Fine-tuning from random initialisation when absent.")
     flags.DEFINE_string("spiece_model_file", None, "SentencePiece model.")
     flags.DEFINE_bool("uncased", False, "Lower-case the input (uncased models).")
+
+
+def define_common_flags(default_seq_len: int = 128, default_lr: float = 2e-5) -> None:
+    # --- model and checkpoints
+    define_model_flags()
     flags.DEFINE_string("output_dir", None, "Where results, predictions and cached TFRecords go.")
     flags.DEFINE_string("model_dir", None, "Training checkpoints and TensorBoard (default OUTPUT_DIR/model).")
     flags.DEFINE_string("cache_dir", None, "TFRecord cache (default OUTPUT_DIR/data).")
@@ -51,7 +57,7 @@ def define_common_flags(default_seq_len: int = 128, default_lr: float = 2e-5) ->
     flags.DEFINE_string("summary_type", "last", "Sequence summary: last|first|mean|attn.")
     # --- data
     flags.DEFINE_integer("max_seq_length", default_seq_len, "Maximum sequence length in pieces.", lower_bound=1)
-    flags.DEFINE_bool("check_memory", True, "Refuse a run whose estimated memory (xlnet_tf.memory: parameters, "
+    flags.DEFINE_bool("check_memory", True, "Refuse a run whose estimated memory (xlnet_tf.ram: parameters, "
                       "optimizer state and the step's activations at this length and batch) exceeds this machine's "
                       "memory, before any feature is written; false: run anyway.")
     flags.DEFINE_bool("overwrite_data", False, "Rebuild cached TFRecords even when valid.")
@@ -123,27 +129,34 @@ def define_common_flags(default_seq_len: int = 128, default_lr: float = 2e-5) ->
     flags.DEFINE_bool("progress", True, "Show progress bars.")
 
 
-def define_long_doc_flags(unit: str, memory_help: str) -> None:
-    """``--long_doc_mode``, ``--mem_len``, ``--max_segments`` (the classifier's documents, RACE's articles)."""
+def define_long_doc_flags(unit: str, memory_help: str, max_segments: bool = True) -> None:
+    """``--long_doc_mode``, ``--mem_len`` and (``max_segments``) ``--max_segments``: the classifier's documents,
+    RACE's articles, extract_features' texts."""
     flags.DEFINE_enum("long_doc_mode", "truncate", ["truncate", "memory"],
                       f"{unit.capitalize()}s longer than max_seq_length: truncate (keep the beginning, the original) "
-                      f"or memory ({memory_help}; only the last window gets gradients).")
+                      f"or memory ({memory_help}).")
     flags.DEFINE_integer("mem_len", None, "memory mode: memory length in positions (default: max_seq_length).")
-    flags.DEFINE_integer("max_segments", 8, f"memory mode: at most this many windows per {unit} in training, "
-                         f"evaluation and prediction (a longer {unit} keeps its beginning, as truncation); the "
-                         f"export reads the whole {unit}.")
+    if max_segments:
+        flags.DEFINE_integer("max_segments", 8, f"memory mode: at most this many windows per {unit} in training, "
+                             f"evaluation and prediction (a longer {unit} keeps its beginning, as truncation); the "
+                             f"export reads the whole {unit}.")
 
 
 def long_doc_options(F):
-    """(memory mode?, the model's mem_len, the data settings the run manifest records) from the long-doc flags."""
+    """(memory mode?, the model's mem_len, the data settings the run manifest records) from the long-doc flags
+    (without ``--max_segments``: a document in as many windows as it needs)."""
     if F.long_doc_mode != "memory":
         return False, 0, {}
-    if F.max_segments < 1:
-        raise ValueError(f"--max_segments: expected >= 1, got {F.max_segments}")
+    max_segments = getattr(F, "max_segments", None)
+    if max_segments is not None and max_segments < 1:
+        raise ValueError(f"--max_segments: expected >= 1, got {max_segments}")
     mem_len = F.mem_len if F.mem_len is not None else F.max_seq_length
     if mem_len <= 0:
         raise ValueError(f"--mem_len: expected > 0 in memory mode, got {mem_len}")
-    return True, mem_len, {"long_doc_mode": "memory", "max_segments": F.max_segments}
+    data = {"long_doc_mode": "memory"}
+    if max_segments is not None:
+        data["max_segments"] = max_segments
+    return True, mem_len, data
 
 
 # The directories a run writes (its checkpoints record paths inside them: the input iterator's TFRecord files),
@@ -245,25 +258,6 @@ def bias_correction(F) -> bool:
     return auto_bias_correction(F.weight_decay, pretrained=bool(F.init_checkpoint))
 
 
-# Flags that change what a training run learns (besides the model config, the data and the tokenizer).
-TRAINING_FLAGS = ("learning_rate", "train_steps", "warmup_steps", "min_lr_ratio", "weight_decay", "adam_epsilon",
-                  "adam_bias_correction", "clip", "lr_layer_decay_rate", "layer_decay_mode", "grad_accum_steps",
-                  "length_buckets", "precision", "num_trainable_layers", "head_hidden_sizes", "train_batch_size", "seed",
-                  "summary_type", "init_checkpoint")
-
-
-def _checkpoint_identity(path: Optional[str]):
-    """The ``stat_identity`` of an init checkpoint's files (hashing gigabytes at every start would be slow)."""
-    from xlnet_tf.fileutil import stat_identity
-
-    if not path:
-        return None
-    files = sorted(os.path.join(path, n) for n in os.listdir(path)) if os.path.isdir(path) else \
-        sorted(p for p in (os.path.join(os.path.dirname(path) or ".", n)
-                           for n in os.listdir(os.path.dirname(path) or ".")) if p.startswith(path))
-    return [stat_identity(p) for p in files if os.path.isfile(p)]
-
-
 def _check_case(F) -> None:
     """A backbone pretrained by run_pretrain.py records whether its tokenizer lower-cased the text
     (``pretrain_results.json`` beside the checkpoint); fine-tuning it with the other casing turns capitals into
@@ -295,11 +289,11 @@ def check_schedule(F) -> None:
 
 def check_memory(F, config, training: bool, head: str = "classification", rows: int = 1,
                  length_flag: str = "max_seq_length") -> None:
-    """Refuses (one line) a run whose ``xlnet_tf.memory`` estimate exceeds the machine's memory, before any work:
+    """Refuses (one line) a run whose ``xlnet_tf.ram`` estimate exceeds the machine's memory, before any work:
     training at --train_batch_size, else inference at the evaluation batch; ``rows``: sequences per example (RACE:
     its 4 options); ``length_flag``: the flag holding the sequence length. Whole-step XLA's estimate (the smaller
     one) is used, so only a run that cannot fit is refused."""
-    from xlnet_tf import memory
+    from xlnet_tf import ram
 
     if not F.check_memory:
         return
@@ -307,28 +301,27 @@ def check_memory(F, config, training: bool, head: str = "classification", rows: 
     flag, batch = (("train_batch_size", F.train_batch_size) if training else
                    ("predict_batch_size" if F.predict_batch_size else "eval_batch_size",
                     F.predict_batch_size or F.eval_batch_size))
-    need = memory.estimate(config, length, batch * rows, precision=F.precision, recompute=F.recompute,
+    need = ram.estimate(config, length, batch * rows, precision=F.precision, recompute=F.recompute,
                            num_trainable_layers=(None if F.num_trainable_layers < 0 else F.num_trainable_layers)
                            if training else 0, grad_accum_steps=F.grad_accum_steps if training else 1,
                            head=head, jit=True)["total"]
-    have = memory.machine_memory()
+    have = ram.machine_memory()
     if have and need > have:
         GiB = 2.0 ** 30
         what = "training" if training else "inference"
         raise ValueError(f"--{length_flag}={length} with --{flag}={batch}: {what} is estimated to need "
-                         f"{need / GiB:,.1f} GiB (xlnet_tf.memory), this machine has {have / GiB:,.1f} GiB; lower "
+                         f"{need / GiB:,.1f} GiB (xlnet_tf.ram), this machine has {have / GiB:,.1f} GiB; lower "
                          f"them, or pass --nocheck_memory to run anyway")
 
 
 def start_run(F, run_dir: str, script: str, task: str, config, tokenizer, training: bool,
               train_sources: Optional[Sequence[str]] = (), data: Optional[Dict] = None,
               work_dirs: Sequence[str] = (), memory: Optional[Dict] = None):
-    """Checks the inputs against the model and takes ``run_dir`` for this run (``run_state.RunGuard``: lock,
+    """Checks the inputs against the model and takes ``run_dir`` for this run (``run_state.take_run_dir``: lock,
     stale temporaries, manifest). Held until the process exits. ``train_sources=None``: the training data
     is not given to this run (reused records) and not compared. ``memory``: the task's arguments of
     ``check_memory`` (head, rows per example, the length flag)."""
-    from run_state import RunGuard
-    from xlnet_tf.fileutil import content_hash
+    import run_state
 
     vocab = int(tokenizer.vocab_size)
     if vocab > config.n_token:
@@ -338,21 +331,8 @@ def start_run(F, run_dir: str, script: str, task: str, config, tokenizer, traini
     if training:
         check_schedule(F)
     check_memory(F, config, training, **(memory or {}))
-    manifest = {"script": script, "task": task,
-                "tokenizer": {"sha256": content_hash(tokenizer.spiece_model_file), "uncased": bool(F.uncased)},
-                "model_shape": config.to_original_dict(), "model": config.to_dict(),
-                "data": dict(data or {}),
-                "training": {k: (_checkpoint_identity(F.init_checkpoint) if k == "init_checkpoint"
-                                 else getattr(F, k)) for k in TRAINING_FLAGS if hasattr(F, k)}}
-    if train_sources is not None:
-        manifest["train_data"] = {os.path.abspath(p): content_hash(p) for p in train_sources}
-    temp_dirs = [os.path.dirname(os.path.abspath(d)) for d in (getattr(F, "export_dir", None),
-                                                               getattr(F, "export_huggingface", None)) if d]
-    guard = RunGuard(run_dir, manifest, training=training, overwrite=F.overwrite_output_dir,
-                     work_dirs=work_dirs, temp_dirs=temp_dirs)
-    guard.__enter__()
-    atexit.register(guard.__exit__, None, None, None)  # a killed run's flock is dropped by the kernel
-    return guard
+    manifest = run_state.run_manifest(F, script, task, config, tokenizer, data, train_sources)
+    return run_state.take_run_dir(F, run_dir, manifest, training, work_dirs)
 
 
 def model_dir(F) -> str:
@@ -373,6 +353,19 @@ def plan(F, do_eval: Optional[bool] = None, do_predict: Optional[bool] = None, r
                         train_batch_size=F.train_batch_size, results_dir=results_dir)
     plan_.check()
     return plan_
+
+
+def task_options(F, tokenizer, config, cache_dir: str, head_options: Dict, memory: bool = False):
+    """The runner's ``TaskOptions`` from the flags (``memory``: --long_doc_mode=memory, checked by
+    ``long_doc_options``)."""
+    from tasks import runner
+
+    return runner.TaskOptions(
+        tokenizer=tokenizer, config=config, max_seq_length=F.max_seq_length, cache_dir=cache_dir,
+        eval_batch_size=F.eval_batch_size, predict_batch_size=F.predict_batch_size, head_options=head_options,
+        seed=F.seed, progress=F.progress, overwrite_data=F.overwrite_data,
+        max_segments=F.max_segments if memory else None, num_workers=getattr(F, "num_workers", None),
+        **length_options(F))
 
 
 def run_task(F, task, plan_, config, strategy_) -> None:

@@ -44,7 +44,7 @@ flags.DEFINE_enum("eval_split", "dev", ["dev", "test"], "Split scored by --do_ev
 flags.DEFINE_integer("num_workers", None, "Processes tokenising RACE (default: CPU count, at most 8).")
 run_common.define_long_doc_flags("article", "per option, the article's earlier windows run left to right as "
                                  "memory; the last window holds the article's tail, the question and option, and the "
-                                 "CLS the head reads")
+                                 "CLS the head reads; only the last window gets gradients")
 run_common.define_common_flags(default_seq_len=512, default_lr=2e-5)
 
 log = logging.getLogger("run_race")
@@ -54,7 +54,7 @@ log = logging.getLogger("run_race")
 def main(_):
     F = FLAGS
     from tasks.race import reader as race_task
-    from tasks.race.run import RaceRun, race_train_sources
+    from tasks.race.run import RaceData, RaceRun, race_train_sources
 
     plan = run_common.plan(F)
     if not F.data_dir and (F.do_train or F.do_eval or F.do_predict):
@@ -81,10 +81,9 @@ def main(_):
                          memory={"rows": race_task.NUM_CHOICES})
     subsets = {"train": F.train_subset, F.eval_split: F.eval_subset, "test": F.eval_subset}
     head_options = dict(summary_type=F.summary_type, dropout=F.dropout, dropatt=F.dropatt)
-    spec = RaceRun(F.data_dir, tokenizer, config, L, QA, paths["cache_dir"], F.high_only, F.middle_only,
-                   F.eval_split, subsets, F.eval_batch_size, F.predict_batch_size, head_options, seed=F.seed,
-                   num_workers=F.num_workers, progress=F.progress, overwrite_data=F.overwrite_data,
-                   max_segments=F.max_segments if memory else None, **run_common.length_options(F))
+    data = RaceData(data_dir=F.data_dir, max_qa_length=QA, high_only=F.high_only, middle_only=F.middle_only,
+                    eval_split=F.eval_split, subsets=subsets)
+    spec = RaceRun(data, run_common.task_options(F, tokenizer, config, paths["cache_dir"], head_options, memory))
     run_common.run_task(F, spec, plan, config, strategy)
 
 

@@ -109,17 +109,14 @@ def main(_):
                          train_sources=[F.train_file] if F.do_train else (),
                          data={"max_seq_length": L, "max_query_length": Q, "doc_stride": F.doc_stride, "v2": v2},
                          work_dirs=[paths["model_dir"], paths["cache_dir"]], memory={"head": "squad"})
-    options = dict(max_seq_length=L, max_query_length=Q, doc_stride=F.doc_stride, n_best_size=F.n_best_size,
+    options = dict(max_query_length=Q, doc_stride=F.doc_stride, n_best_size=F.n_best_size,
                    max_answer_length=F.max_answer_length, allow_last_paragraph_token=F.allow_last_paragraph_token,
-                   null_score_diff_threshold=F.null_score_diff_threshold,
-                   predict_batch_size=F.predict_batch_size or F.eval_batch_size)
+                   null_score_diff_threshold=F.null_score_diff_threshold)
     from tasks.squad.run import SquadRun
 
-    spec = SquadRun(tokenizer, config, paths["cache_dir"],
-                    (train_examples, F.train_file) if F.do_train else None,
-                    (predict_examples, F.predict_file) if predict else None, v2, options, head_options,
-                    num_workers=F.num_workers, progress=F.progress, overwrite_data=F.overwrite_data, seed=F.seed,
-                    **run_common.length_options(F))
+    spec = SquadRun(train=(train_examples, F.train_file) if F.do_train else None,
+                    predict=(predict_examples, F.predict_file) if predict else None, v2=v2, squad_options=options,
+                    options=run_common.task_options(F, tokenizer, config, paths["cache_dir"], head_options))
     run_common.run_task(F, spec, plan, config, strategy)
 
 

@@ -15,10 +15,14 @@
   only evaluate, predict or export compare the fields that identify the model (script, task, tokenizer, model
   shape) and write no manifest. ``--overwrite_output_dir`` removes the run's checkpoints and cached features
   first.
+
+``run_manifest(F, ...)`` builds a run's manifest from its parsed flags and ``take_run_dir`` enters the guard for the
+rest of the process (``run_common.start_run`` calls both after its checks).
 """
 
 from __future__ import annotations
 
+import atexit
 import errno
 import fcntl
 import json
@@ -28,7 +32,7 @@ import re
 import shutil
 from typing import Dict, Iterable, Mapping, Optional, Sequence
 
-from xlnet_tf.fileutil import write_json
+from xlnet_tf.fileutil import content_hash, stat_identity, write_json
 
 MANIFEST = "run_manifest.json"
 LOCK = ".lock"
@@ -206,3 +210,48 @@ class RunGuard:
 
     def _has_checkpoints(self) -> bool:
         return any(os.path.exists(os.path.join(d, "checkpoint")) for d in self.work_dirs + [self.run_dir])
+
+
+# ---------------------------------------------------------------------------------------------- the manifest
+# Flags that change what a training run learns (besides the model config, the data and the tokenizer).
+TRAINING_FLAGS = ("learning_rate", "train_steps", "warmup_steps", "min_lr_ratio", "weight_decay", "adam_epsilon",
+                  "adam_bias_correction", "clip", "lr_layer_decay_rate", "layer_decay_mode", "grad_accum_steps",
+                  "length_buckets", "precision", "num_trainable_layers", "head_hidden_sizes", "train_batch_size", "seed",
+                  "summary_type", "init_checkpoint")
+
+
+def _checkpoint_identity(path: Optional[str]):
+    """The ``stat_identity`` of an init checkpoint's files (hashing gigabytes at every start would be slow)."""
+    if not path:
+        return None
+    files = sorted(os.path.join(path, n) for n in os.listdir(path)) if os.path.isdir(path) else \
+        sorted(p for p in (os.path.join(os.path.dirname(path) or ".", n)
+                           for n in os.listdir(os.path.dirname(path) or ".")) if p.startswith(path))
+    return [stat_identity(p) for p in files if os.path.isfile(p)]
+
+
+def run_manifest(F, script: str, task: str, config, tokenizer, data: Optional[Dict] = None,
+                 train_sources: Optional[Sequence[str]] = ()) -> Dict:
+    """The manifest of a run from its parsed flags ``F``: script, task, tokenizer fingerprint, model config, the
+    data settings, ``TRAINING_FLAGS`` and (unless ``train_sources`` is None) the training files' fingerprints."""
+    manifest = {"script": script, "task": task,
+                "tokenizer": {"sha256": content_hash(tokenizer.spiece_model_file), "uncased": bool(F.uncased)},
+                "model_shape": config.to_original_dict(), "model": config.to_dict(),
+                "data": dict(data or {}),
+                "training": {k: (_checkpoint_identity(F.init_checkpoint) if k == "init_checkpoint"
+                                 else getattr(F, k)) for k in TRAINING_FLAGS if hasattr(F, k)}}
+    if train_sources is not None:
+        manifest["train_data"] = {os.path.abspath(p): content_hash(p) for p in train_sources}
+    return manifest
+
+
+def take_run_dir(F, run_dir: str, manifest: Dict, training: bool, work_dirs: Sequence[str] = ()) -> RunGuard:
+    """Enters a ``RunGuard`` on ``run_dir`` (the export directories' parents are swept for stale temporaries too),
+    held until the process exits."""
+    temp_dirs = [os.path.dirname(os.path.abspath(d)) for d in (getattr(F, "export_dir", None),
+                                                               getattr(F, "export_huggingface", None)) if d]
+    guard = RunGuard(run_dir, manifest, training=training, overwrite=F.overwrite_output_dir,
+                     work_dirs=work_dirs, temp_dirs=temp_dirs)
+    guard.__enter__()
+    atexit.register(guard.__exit__, None, None, None)  # a killed run's flock is dropped by the kernel
+    return guard

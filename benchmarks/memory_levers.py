@@ -2,7 +2,7 @@
 """Memory levers of fine-tuning, measured: peak memory and seconds per iteration of one training step of an
 XLNet-Base-shaped model (12 layers, 768, 12 heads, d_inner 3072, vocab 32000, random weights) with the
 classification head (TaskModel + ClassificationHead, 2 labels, dropout 0.1), through the project's Trainer
-(AdamW, clipping, XLA on one device as its default), next to ``xlnet_tf.memory.estimate``'s prediction.
+(AdamW, clipping, XLA on one device as its default), next to ``xlnet_tf.ram.estimate``'s prediction.
 
 Configurations (same examples per optimizer update in every row, ``--batch``, default 2):
   float32 baseline | recompute | mixed_bfloat16 | mixed_float16 | num_trainable_layers=2 |
@@ -205,7 +205,7 @@ def run_worker(spec: dict, log) -> dict:
 def predict(spec: dict, cpu: bool = True, fused_attention: bool = False) -> dict:
     sys.path.insert(0, ROOT)
     from xlnet_tf.config import XLNetConfig
-    from xlnet_tf.memory import estimate
+    from xlnet_tf.ram import estimate
 
     cfg = XLNetConfig(**spec["shape"], recompute=spec["recompute"])
     ntl = spec["num_trainable_layers"]
@@ -309,7 +309,7 @@ def markdown(result) -> str:
     lines += [
         "",
         "*alloc peak*: TensorFlow's CPU allocator peak over the timed steps (every tensor incl. variables and "
-        "optimizer slots; the quantity `xlnet_tf.memory` estimates). *XLA peak*: XLA's heap simulation of the "
+        "optimizer slots; the quantity `xlnet_tf.ram` estimates). *XLA peak*: XLA's heap simulation of the "
         "compiled step. *RSS peak*: `ru_maxrss` over the worker's life (compilation included) minus the RSS after "
         f"importing TensorFlow (median {statistics.median(r['rss_import_mib'] for r in rows):.0f} MiB); "
         "*RSS steady*: the same over the timed steps only (after `malloc_trim` and a `clear_refs` reset). "
@@ -319,7 +319,7 @@ def markdown(result) -> str:
         f"{statistics.median(step_errs):.1f}%, worst {max(step_errs):.1f}%.",
     ]
     if first:
-        lines += ["", "Estimates re-rendered with the current `xlnet_tf.memory`; the estimator as it was when these "
+        lines += ["", "Estimates re-rendered with the current `xlnet_tf.ram`; the estimator as it was when these "
                   "were measured said: " + "; ".join(f"{r['label']} {r['estimate_at_run_mib']:.0f} MiB "
                                                      f"({r['estimate_at_run_error_pct']:+.1f}%)" for r in first)
                   + "."]
@@ -338,7 +338,7 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=2, help="untimed steps first (the first compiles)")
     p.add_argument("--runs", type=int, default=1, help="fresh subprocesses per configuration")
     p.add_argument("--jit", default="true", choices=["true", "update", "false"],
-                   help="whole-step XLA (calibrates xlnet_tf.memory), graph mode + XLA update, or graph mode")
+                   help="whole-step XLA (calibrates xlnet_tf.ram), graph mode + XLA update, or graph mode")
     p.add_argument("--accelerate", default="true",
                    help="the model's accelerate run option (true, false or a comma list such as xla,chunks)")
     p.add_argument("--no-xla-dump", action="store_true", help="skip XLA's buffer-assignment dump")

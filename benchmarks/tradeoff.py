@@ -7,7 +7,7 @@ then records: seconds per iteration (from the run's progress lines: the trainer'
 first, compiling step), examples/s, the subprocess's peak RSS (``os.wait4`` rusage of that child), TensorFlow's
 allocator peak over the whole run (GPU:0 on a GPU machine = the device peak, else CPU:0; read at exit by a
 small wrapper that runs the script unchanged; it also covers initialisation and prediction), the memory
-estimator's prediction for the training step (``xlnet_tf.memory.estimate``; it counts tensors, the RSS also holds
+estimator's prediction for the training step (``xlnet_tf.ram.estimate``; it counts tensors, the RSS also holds
 the TensorFlow runtime, XLA executables and the input pipeline), and the task metric (SQuAD v2: the official
 scorer's ``best_f1`` (+ ``f1``, ``exact``, and ``HasAns_span_f1``: the answerable questions scored on the best
 non-null span, which moves before the answerability head learns to beat "no answer"); classification: the
@@ -280,7 +280,7 @@ def _has_gpu() -> bool:
 def estimate_point(args, p: Dict) -> Dict:
     sys.path.insert(0, ROOT)
     from xlnet_tf.config import XLNetConfig
-    from xlnet_tf.memory import estimate
+    from xlnet_tf.ram import estimate
 
     cfg = XLNetConfig.load(args.model_config_path, recompute=p["recompute"])
     deep = p["head"] == "deep"
@@ -365,7 +365,7 @@ def plot(rows: List[Dict], knob: str, path: str, title: str) -> None:
         ax.plot([x for x, _ in alloc], [y for _, y in alloc], "^-", color="tab:purple",
                 label="allocator peak, whole run (measured)")
     ax.plot(xpos, [r["estimate"]["total_mib"] for r in pts], "s--", color="tab:gray",
-            label="training step (xlnet_tf.memory)")
+            label="training step (xlnet_tf.ram)")
     ax.set_ylabel("MiB")
     ax.legend(fontsize=8)
     for ax in axes:

@@ -35,11 +35,15 @@ class FeatureHead(Head):
         tokens = tf.stack([tf.cast(hidden[i], tf.float32) for i in self.layers], axis=2)  # [b, s, k, d]
         mask = tf.cast(features.get("padding_mask", tf.ones(tf.shape(tokens)[:2])), tf.float32)[:, :, None, None]
         tokens = tokens * mask
+        return {"tokens": tokens, "pooled": self.pool(tokens, mask),
+                "padding_mask": tf.cast(mask[:, :, 0, 0], tf.int32)}
+
+    def pool(self, tokens, mask):
+        """Masked tokens [b, s, k, d] and the float mask [b, s, 1, 1] -> the pooled vectors [b, k, d] (also a long
+        document's, over the tokens of all its windows: ``extract_features.document_vectors``)."""
         if self.pooling == "last":
-            pooled = tokens[:, -1]
-        else:
-            pooled = tf.reduce_sum(tokens, axis=1) / tf.maximum(tf.reduce_sum(mask, axis=1), 1.0)
-        return {"tokens": tokens, "pooled": pooled, "padding_mask": tf.cast(mask[:, :, 0, 0], tf.int32)}
+            return tokens[:, -1]
+        return tf.reduce_sum(tokens, axis=1) / tf.maximum(tf.reduce_sum(mask, axis=1), 1.0)
 
     def loss(self, features, outputs):
         raise ValueError("FeatureHead extracts features; it has no loss to train")

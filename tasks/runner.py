@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import os
 import time
-from typing import Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 from tasks import health
 
@@ -41,12 +41,60 @@ class Plan:
                              "--export_huggingface")
 
 
+@dataclasses.dataclass(frozen=True)
+class TaskOptions:
+    """What every task's run reads besides its own data (``run_common.task_options`` builds it from the flags).
+    ``max_segments``: memory mode (long documents in up to that many windows; the model's ``config.mem_len`` > 0);
+    ``bucket``: training batches of one length group, padded to their longest (``data.lengths``; memory mode: the
+    same window count). Evaluation batches are always padded to their longest. Padded lengths are rounded up to
+    ``length_multiple`` (``--length_multiple``)."""
+    tokenizer: Any
+    config: Any
+    max_seq_length: int
+    cache_dir: str
+    eval_batch_size: int = 32
+    predict_batch_size: Optional[int] = None  # default: eval_batch_size
+    head_options: Dict = dataclasses.field(default_factory=dict)
+    seed: int = 42
+    progress: bool = True
+    overwrite_data: bool = False
+    max_segments: Optional[int] = None
+    bucket: bool = True
+    length_multiple: int = 8
+    num_workers: Optional[int] = None  # processes writing features (tasks that parallelise it)
+
+
+def check_long_doc(task_name: str, config, max_segments: Optional[int], pair: bool = False) -> None:
+    """Memory mode (``max_segments``, from --long_doc_mode=memory) needs single-text examples and a model with
+    memory (``config.mem_len`` > 0); one line otherwise."""
+    if not max_segments:
+        return
+    if pair:
+        raise ValueError(f"--long_doc_mode=memory: task {task_name} has two texts; memory mode handles single-text "
+                         f"tasks (use --long_doc_mode=truncate)")
+    if config.mem_len <= 0:
+        raise ValueError("--long_doc_mode=memory needs --mem_len > 0")
+
+
 class TaskSpec:
     """What the runner needs of a task. ``finetuner`` (an ``xlnet_tf.finetune.FineTuner``) is set by the
-    runner before any method below is called."""
+    runner before any method below is called. ``TaskOptions``' fields are attributes of the spec (``L`` is
+    ``max_seq_length``)."""
     name = "task"
     main_metric = "accuracy"
     finetuner = None
+    pair = False  # examples of two texts (memory mode refuses them)
+
+    def __init__(self, options: TaskOptions):
+        o = options
+        self.options, self.tokenizer, self.config, self.L, self.cache_dir = o, o.tokenizer, o.config, \
+            o.max_seq_length, o.cache_dir
+        self.eval_batch_size, self.predict_batch_size = o.eval_batch_size, o.predict_batch_size or o.eval_batch_size
+        self.head_options, self.seed, self.progress, self.overwrite_data = o.head_options, o.seed, o.progress, \
+            o.overwrite_data
+        self.max_segments, self.bucket = (int(o.max_segments) if o.max_segments else None), o.bucket
+        self.num_workers = o.num_workers
+        check_long_doc(self.name, self.config, self.max_segments, self.pair)
 
     def head(self):
         """A fresh head (``xlnet_tf.head.Head``)."""

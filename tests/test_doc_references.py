@@ -6,7 +6,7 @@ Read with ``ast``/``tokenize`` only: nothing is imported, so the test needs no T
 
 Checked:
 
-* a path whose first part is a top-level entry of the repo (``xlnet_tf/memory.py``, ``benchmarks/results/``,
+* a path whose first part is a top-level entry of the repo (``xlnet_tf/ram.py``, ``benchmarks/results/``,
   ``xlnet_tf/accel``), or, in a .py file, one that exists relative to that file's folder (``results/x.md`` in
   ``benchmarks/``): it must exist. A trailing ``:line`` or ``::test`` is ignored;
 * a bare file name in backticks that names a root entry point or root doc (``run_squad.py``, ``BUILD.md``): it
@@ -193,7 +193,7 @@ def test_the_matcher_flags_what_is_gone_and_skips_what_it_cannot_judge():
     line = ("see `xlnet_tf/no_such_file.py`, ``data.race.flatten_choices``, `run_nothing.py`, "
             "``xlnet_tf.export.no_such_name``, ``tasks.runner.Plan.no_such_field``")
     assert [bool(check(w, "README.md", top)) for w in references(line)] == [True] * 5
-    good = ("`xlnet_tf/memory.py:12`, ``xlnet_tf.export.padded_length``, `data.lengths`, `tasks/squad/`, "
+    good = ("`xlnet_tf/ram.py:12`, ``xlnet_tf.export.padded_length``, `data.lengths`, `tasks/squad/`, "
             "``tasks.runner.run``, `run_squad.py`, `BUILD.md`, ``xlnet_tf.XLNetModel``, ``tasks.runner.Plan.do_train``")
     assert [check(w, "README.md", top) for w in references(good)] == [None] * 9
     skipped = ("`results/*.json`, `OUTPUT_DIR/model.ckpt`, `tasks/<family>.py`, `../shared/data/x.txt`, "

@@ -206,11 +206,13 @@ def test_memory_mode_cli_learns_through_memory_and_exports_text_any_length(tok, 
 def test_memory_mode_refuses_pair_tasks_and_a_model_without_memory(tok):
     from tasks.classification.registry import get_task
     from tasks.classification.run import ClassifierRun
+    from tasks.runner import TaskOptions
     from xlnet_tf import XLNetConfig
 
     def run(task, mem_len):
-        return ClassifierRun(get_task(task), "unused", tok, XLNetConfig.preset("tiny", mem_len=mem_len), L, "unused",
-                             8, None, {}, max_segments=2)
+        return ClassifierRun(get_task(task), "unused", TaskOptions(
+            tokenizer=tok, config=XLNetConfig.preset("tiny", mem_len=mem_len), max_seq_length=L, cache_dir="unused",
+            eval_batch_size=8, max_segments=2))
 
     with pytest.raises(ValueError, match="mrpc has two texts"):
         run("mrpc", L)

@@ -93,7 +93,7 @@ def test_a_length_beyond_the_machines_memory_is_refused_before_features(glue, tm
     out = tmp_path / "out"
     line = error_line(cli("run_classifier.py", clf_args(glue, "SST-2", out) + ["--max_seq_length=100000"]))
     assert "--max_seq_length=100000 with --train_batch_size=8: training is estimated to need" in line, line
-    assert "GiB (xlnet_tf.memory), this machine has" in line and "--nocheck_memory" in line
+    assert "GiB (xlnet_tf.ram), this machine has" in line and "--nocheck_memory" in line
     assert records(out) == []
 
 

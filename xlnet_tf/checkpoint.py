@@ -11,6 +11,19 @@ written through the ``safetensors`` package.
 
 Loading is strict: a missing backbone weight or a shape mismatch raises an error naming the variable, the
 expected and the found shape; no backbone weight is ever left at its random initial value.
+
+The HuggingFace export (``save_pretrained(format="huggingface")``, ``convert --to=huggingface``,
+``--export_huggingface``) reads the HF name map the other way (``_hf_key_map`` + ``_hf_layout``: which weights
+are per-layer stacks, which are transposed). The config names the same function: our tanh GELU as ``gelu_new``,
+the erf form as ``gelu_python`` (HF's ``"gelu"`` in a config is read as the tanh form, the released weights'
+activation); shared biases (``untie_r=false``) are repeated per layer (HF's modules always hold one per layer);
+HF derives ``d_head = d_model / n_head``, so other shapes are refused. A backbone is written as
+``XLNetLMHeadModel`` (with the LM bias; the bare ``XLNetModel`` lists it as unused); a fine-tuned model as the HF
+class of its head (``XLNetForSequenceClassification`` with ``summary_proj_to_labels=false``,
+``XLNetForMultipleChoice``, ``XLNetForQuestionAnswering``). Not representable, refused before any work: deeper
+head MLPs, the ``attn`` summary, and our ``mean`` summary (over real tokens; HF's averages the padding).
+``tests/test_huggingface_export.py`` holds outputs and predictions equal (<= 1e-5 relative) through
+transformers' classes on SST-2, STS-B, RACE and SQuAD dev rows.
 """
 
 from __future__ import annotations

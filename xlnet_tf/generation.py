@@ -19,6 +19,11 @@ those of the unpadded sequence) with a ``mem_padding_mask`` hiding its empty slo
 the loop is one ``tf.while_loop`` inside one ``tf.function`` with shapes fixed for the whole generation.
 Prompts of different lengths are left-padded (``padding_mask`` 1 = real), which gives each row the ids it gets
 alone. After ``eos_id`` a row continues with ``pad_id`` (as HF); the loop stops when every row has ended.
+
+Intended differences from HF: a prompt is its pieces alone (HF's tokenizer appends ``<sep> <cls>`` and its
+pipeline prepends a filler text; ``generate.py`` does neither); sampling defaults to no top-k (HF's default is
+50) and draws from a stateless seed (same seed, same ids; not HF's random stream); an empty prompt is refused by
+the CLI and read as ``<eod>`` by the SavedModel.
 """
 
 from __future__ import annotations

@@ -87,21 +87,32 @@ class TaskModel(WrapsBackbone, keras.Model):
 
     def document_memory(self, ids, seg, mask):
         """Windows [b, S, L] -> (mems: n_layer x [b, mem_len, d], mem_padding_mask [b, mem_len]) after running
-        them left to right (inference mode, no gradient). The memory starts as mem_len hidden padded positions,
-        so every step has the same shapes."""
-        c, backbone = self.config, self.backbone
-        b = tf.shape(ids)[0]
-        mems = [tf.zeros(tf.stack([b, c.mem_len, c.d_model]), backbone.compute_dtype) for _ in range(c.n_layer)]
-        mem_mask = hidden_memory_mask(b, c.mem_len)
+        them left to right (inference mode, no gradient)."""
+        mems, mem_mask = self.empty_memory(tf.shape(ids)[0])
 
         def body(i, mems, mem_mask):
-            out = backbone(ids[:, i], segment_ids=seg[:, i], padding_mask=mask[:, i], mems=mems,
-                           mem_padding_mask=mem_mask, training=False)
-            new = [tf.ensure_shape(m, [None, c.mem_len, c.d_model]) for m in out["new_mems"]]
-            return i + 1, new, next_mem_padding_mask(mem_mask, mask[:, i], c.mem_len)
+            _, mems, mem_mask = self.window_step(ids[:, i], seg[:, i], mask[:, i], mems, mem_mask)
+            return i + 1, mems, mem_mask
 
         _, mems, mem_mask = tf.while_loop(lambda i, *_: i < tf.shape(ids)[1], body, (tf.constant(0), mems, mem_mask))
         return [tf.stop_gradient(m) for m in mems], tf.stop_gradient(mem_mask)
+
+    def empty_memory(self, batch):
+        """A document's memory before its first window: n_layer x [batch, mem_len, d] zeros, every position hidden
+        (so every window step has the same shapes)."""
+        c = self.config
+        mems = [tf.zeros(tf.stack([batch, c.mem_len, c.d_model]), self.backbone.compute_dtype)
+                for _ in range(c.n_layer)]
+        return mems, hidden_memory_mask(batch, c.mem_len)
+
+    def window_step(self, ids, seg, mask, mems, mem_mask, training=False, output_hidden_states=False):
+        """One window [b, L] read with the memory of the earlier ones -> (backbone outputs, the next mems, the next
+        mem_padding_mask)."""
+        c = self.config
+        out = self.backbone(ids, segment_ids=seg, padding_mask=mask, mems=mems, mem_padding_mask=mem_mask,
+                            training=training, output_hidden_states=output_hidden_states)
+        new = [tf.ensure_shape(m, [None, c.mem_len, c.d_model]) for m in out["new_mems"]]
+        return out, new, next_mem_padding_mask(mem_mask, mask, c.mem_len)
 
     def per_example_loss(self, features, outputs) -> tf.Tensor:
         """float32 [batch]. (Not named ``loss``: keras.Model's constructor sets ``self.loss = None``.)"""

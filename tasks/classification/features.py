@@ -63,17 +63,26 @@ def truncate_pair(ids_a: List[int], ids_b: List[int], max_length: int) -> None:
         (ids_a if len(ids_a) > len(ids_b) else ids_b).pop()
 
 
+def text_budget(max_seq_length: int, pair: bool, max_segments: Optional[int] = None) -> int:
+    """Text pieces an example keeps: one sequence holds A <sep> [B <sep>] <cls>; ``max_segments`` windows (one
+    text) hold ``max_segments * max_seq_length`` positions, <sep> <cls> included."""
+    if max_segments:
+        return int(max_segments) * max_seq_length - 2
+    return max_seq_length - (3 if pair else 2)
+
+
 def build_features(ids_a: Sequence[int], ids_b: Optional[Sequence[int]], max_seq_length: int, sep_id: int,
                    cls_id: int) -> Dict[str, List[int]]:
     """Token ids of A (and B) -> ``input_ids``, ``segment_ids``, ``padding_mask`` (truncated, left-padded)."""
     ids_a = list(ids_a)
     ids_b = list(ids_b) if ids_b else None
-    if max_seq_length < (3 if ids_b else 2):
+    budget = text_budget(max_seq_length, bool(ids_b))
+    if budget < 0:
         raise ValueError(f"max_seq_length={max_seq_length} leaves no room for the special tokens")
     if ids_b:
-        truncate_pair(ids_a, ids_b, max_seq_length - 3)
+        truncate_pair(ids_a, ids_b, budget)
     else:
-        ids_a = ids_a[: max_seq_length - 2]
+        ids_a = ids_a[:budget]
     ids = ids_a + [sep_id]
     seg = [SEG_ID_A] * len(ids)
     if ids_b:
@@ -93,7 +102,7 @@ def build_windows(ids_a: Sequence[int], max_seq_length: int, sep_id: int, cls_id
     L = max_seq_length
     if L < 2:
         raise ValueError(f"max_seq_length={L} leaves no room for the special tokens")
-    ids = list(ids_a if not max_segments else ids_a[: int(max_segments) * L - 2])
+    ids = list(ids_a if not max_segments else ids_a[:text_budget(L, pair=False, max_segments=max_segments)])
     return cut_windows(ids + [sep_id, cls_id], [SEG_ID_A] * (len(ids) + 1) + [SEG_ID_CLS], L)
 
 
@@ -168,8 +177,6 @@ def iter_features(examples: Iterable, tokenizer, task, max_seq_length: int, chun
     """Examples -> feature dicts, tokenised ``chunk`` examples at a time (``max_segments``: windows); at the end,
     how many were truncated (``data.lengths.report_truncation``, under ``name``)."""
     if max_segments:
-        room = int(max_segments) * max_seq_length - 2
-        fits = lambda a, b: len(a) <= room  # noqa: E731
         def build(a, b):
             if b:
                 raise ValueError(f"task {task.name}: long-document (memory) features take one text per example; "
@@ -177,8 +184,6 @@ def iter_features(examples: Iterable, tokenizer, task, max_seq_length: int, chun
             return right_align(build_windows(a, max_seq_length, tokenizer.sep_id, tokenizer.cls_id, max_segments),
                                max_segments)
     else:
-        fits = lambda a, b: len(a) + len(b) <= max_seq_length - (3 if b else 2)  # noqa: E731
-
         def build(a, b):
             return build_features(a, b, max_seq_length, tokenizer.sep_id, tokenizer.cls_id)
     examples = iter(examples)
@@ -190,7 +195,7 @@ def iter_features(examples: Iterable, tokenizer, task, max_seq_length: int, chun
         ids_a = encode_many(tokenizer, [ex.text_a for ex in block])
         ids_b = encode_many(tokenizer, [ex.text_b or "" for ex in block])
         for ex, a, b in zip(block, ids_a, ids_b):
-            truncated += not fits(a, b)
+            truncated += len(a) + len(b) > text_budget(max_seq_length, bool(b), max_segments)
             feat = build(a, b)
             feat["label"] = task.label_id(ex.label)
             feat["is_real_example"] = 1

@@ -14,25 +14,10 @@ log = logging.getLogger("run_classifier")
 class ClassifierRun(runner.TaskSpec):
     """A classification / regression task for the runner (plain arguments)."""
 
-    def __init__(self, task, data_dir, tokenizer, config, max_seq_length, cache_dir, eval_batch_size,
-                 predict_batch_size, head_options, seed=42, progress=True, overwrite_data=False,
-                 max_segments=None, bucket=True, length_multiple=8):
-        """``max_segments``: memory mode (long documents in up to that many windows, the model's
-        ``config.mem_len`` > 0); ``bucket``: training batches of examples of one length group (one-window records:
-        padded to the batch's longest, ``data.lengths``; memory mode: the same window count). Evaluation batches
-        are always padded to their longest. Padded lengths are rounded up to ``length_multiple``."""
-        self.task, self.data_dir, self.tokenizer, self.config = task, data_dir, tokenizer, config
-        self.L, self.cache_dir, self.head_options, self.seed = max_seq_length, cache_dir, head_options, seed
-        self.eval_batch_size, self.predict_batch_size = eval_batch_size, predict_batch_size or eval_batch_size
-        self.progress, self.overwrite_data = progress, overwrite_data
-        self.name, self.main_metric = task.name, task.main_metric
-        self.max_segments, self.bucket = (int(max_segments) if max_segments else None), bucket
-        self.length_multiple = length_multiple
-        if self.max_segments and task.is_pair:
-            raise ValueError(f"--long_doc_mode=memory: task {task.name} has two texts; memory mode handles "
-                             f"single-text tasks")
-        if self.max_segments and config.mem_len <= 0:
-            raise ValueError("--long_doc_mode=memory needs --mem_len > 0")
+    def __init__(self, task, data_dir: str, options: runner.TaskOptions):
+        self.task, self.data_dir = task, data_dir
+        self.name, self.main_metric, self.pair = task.name, task.main_metric, task.is_pair
+        super().__init__(options)  # (checks memory mode: runner.check_long_doc)
 
     def build_features(self, split):
         """(TFRecord path, count) of ``split`` ("train", "dev", "test")."""

@@ -13,6 +13,7 @@ from typing import Dict, Optional, Sequence
 
 import tensorflow as tf
 
+from tasks.classification.features import text_budget
 from xlnet_tf.export import (SEG_PAD_CLASSIFIER, ServingModule, batch_length, constant_rows, float32_outputs,
                              keep_first, pad_rows, padded_length, save_atomically)
 
@@ -49,12 +50,12 @@ def classification_features(ids_a: tf.RaggedTensor, ids_b: Optional[tf.RaggedTen
                 "segment_ids": pad_rows(rows["segments"], length, SEG_PAD_CLASSIFIER, left=True),
                 "padding_mask": pad_rows(tf.ones_like(rows["tokens"]), length, 0, left=True)}
 
-    a = keep_first(ids_a, tf.fill([batch], max_seq_length - 2))
+    a = keep_first(ids_a, tf.fill([batch], text_budget(max_seq_length, pair=False)))
     single = dense([a, sep, cls], [a * 0, sep * 0, cls * 0 + 2])
     if ids_b is None:
         return padded(single, batch_length(single["tokens"], max_seq_length) if length is None else length)
     ids_b = tf.cast(ids_b, tf.int32)
-    la, lb = truncate_lengths(ids_a.row_lengths(), ids_b.row_lengths(), max_seq_length - 3)
+    la, lb = truncate_lengths(ids_a.row_lengths(), ids_b.row_lengths(), text_budget(max_seq_length, pair=True))
     a, b = keep_first(ids_a, la), keep_first(ids_b, lb)
     pair = dense([a, sep, b, sep, cls], [a * 0, sep * 0, b * 0 + 1, sep * 0 + 1, cls * 0 + 2])
     # As the original (and tasks/classification/features.py): an empty B gives the single-text layout.
@@ -74,7 +75,7 @@ def document_windows(ids_a: tf.RaggedTensor, max_seq_length: int, sep_id: int, c
     ids = tf.cast(ids_a, tf.int32)
     batch = ids.nrows(out_type=tf.int32)
     if max_segments:
-        ids = keep_first(ids, tf.fill([batch], int(max_segments) * L - 2))
+        ids = keep_first(ids, tf.fill([batch], text_budget(L, pair=False, max_segments=max_segments)))
     sep, cls = constant_rows(batch, sep_id), constant_rows(batch, cls_id)
     tokens = tf.concat([ids, sep, cls], axis=1)
     segments = tf.concat([ids * 0, sep * 0, cls * 0 + 2], axis=1)

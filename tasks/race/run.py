@@ -8,6 +8,7 @@ import logging
 import os
 import random
 import time
+from typing import Dict, Optional
 
 from tasks import runner
 
@@ -39,26 +40,27 @@ def race_train_sources(data_dir: str, levels):
     return [p for p in (os.path.join(data_dir, "train", lv) for lv in levels) if os.path.exists(p)] or [data_dir]
 
 
+@dataclasses.dataclass(frozen=True)
+class RaceData:
+    """Which RACE questions a run reads. ``subsets``: {split: N questions or None}."""
+    data_dir: str
+    max_qa_length: int = 128
+    high_only: bool = False
+    middle_only: bool = False
+    eval_split: str = "dev"
+    subsets: Dict[str, Optional[int]] = dataclasses.field(default_factory=dict)
+
+
 class RaceRun(runner.TaskSpec):
-    """RACE for the runner (plain arguments). ``subsets``: {split: N questions or None}. ``max_segments``: memory
-    mode (long articles in up to that many windows per option; the model's ``config.mem_len`` > 0); ``bucket``:
-    training batches of questions with the same window count."""
+    """RACE for the runner. In memory mode (``options.max_segments``) long articles run in up to that many windows
+    per option; ``options.bucket``: training batches of questions with the same window count."""
     name, main_metric = "race", "accuracy"
 
-    def __init__(self, data_dir, tokenizer, config, max_seq_length, max_qa_length, cache_dir, high_only,
-                 middle_only, eval_split, subsets, eval_batch_size, predict_batch_size, head_options, seed=42,
-                 num_workers=None, progress=True, overwrite_data=False, max_segments=None, bucket=True,
-                 length_multiple=8):
-        self.data_dir, self.tokenizer, self.config = data_dir, tokenizer, config
-        self.L, self.QA, self.cache_dir = max_seq_length, max_qa_length, cache_dir
-        self.high_only, self.middle_only, self.eval_split, self.subsets = high_only, middle_only, eval_split, subsets
-        self.eval_batch_size, self.predict_batch_size = eval_batch_size, predict_batch_size or eval_batch_size
-        self.head_options, self.seed, self.num_workers = head_options, seed, num_workers
-        self.progress, self.overwrite_data = progress, overwrite_data
-        self.max_segments, self.bucket = (int(max_segments) if max_segments else None), bucket
-        self.length_multiple = length_multiple
-        if self.max_segments and config.mem_len <= 0:
-            raise ValueError("--long_doc_mode=memory needs --mem_len > 0")
+    def __init__(self, data: RaceData, options: runner.TaskOptions):
+        super().__init__(options)
+        self.data_dir, self.QA, self.high_only, self.middle_only = data.data_dir, data.max_qa_length, \
+            data.high_only, data.middle_only
+        self.eval_split, self.subsets = data.eval_split, data.subsets
 
     def build_features(self, split):
         """(TFRecord path, question count) of ``split`` ("train", "dev", "test")."""
@@ -77,18 +79,20 @@ class RaceRun(runner.TaskSpec):
                     os.remove(p)
         t0 = time.time()
         if not subset:
-            n = race_data.write_race_features(self.data_dir, split, path, self.tokenizer, L, QA,
-                                              high_only=self.high_only, middle_only=self.middle_only,
+            n = race_data.write_race_features(self.data_dir, split, path, self.tokenizer, max_seq_length=L,
+                                              max_qa_length=QA, high_only=self.high_only, middle_only=self.middle_only,
                                               num_workers=self.num_workers, progress=self.progress,
                                               max_segments=self.max_segments)
         else:
-            meta = race_data.features_meta(self.data_dir, split, self.tokenizer, L, QA, self.high_only,
-                                           self.middle_only, self.max_segments)
+            meta = race_data.features_meta(self.data_dir, split, self.tokenizer, max_seq_length=L, max_qa_length=QA,
+                                           high_only=self.high_only, middle_only=self.middle_only,
+                                           max_segments=self.max_segments)
             meta["subset"] = {"n": int(subset), "seed": 0}
 
             def build():
-                return race_data.iter_features(self.documents(split), self.tokenizer, L, QA, self.num_workers,
-                                               self.max_segments)
+                return race_data.iter_features(self.documents(split), self.tokenizer, max_seq_length=L,
+                                               max_qa_length=QA, num_workers=self.num_workers,
+                                               max_segments=self.max_segments)
 
             n = tfrecord_io.cached_tfrecords(path, build, self.feature_spec(), meta=meta, total=subset,
                                              desc=f"RACE {split}", progress=self.progress)

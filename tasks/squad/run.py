@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from typing import Dict
 
 from tasks import runner
 
@@ -13,20 +14,17 @@ log = logging.getLogger("run_squad")
 
 
 class SquadRun(runner.TaskSpec):
-    """SQuAD v1.1 / v2.0 for the runner (plain arguments). Evaluation predicts the predict file (scoring it when
-    it has answers) and writes the best checkpoint's predictions; ``options``: see ``main``."""
+    """SQuAD v1.1 / v2.0 for the runner. Evaluation predicts the predict file (scoring it when
+    it has answers) and writes the best checkpoint's predictions; ``squad_options``: the lengths and answer
+    settings (``run_squad.main``)."""
     name = "squad"
 
-    def __init__(self, tokenizer, config, cache_dir, train, predict, v2, options, head_options,
-                 num_workers=None, progress=True, overwrite_data=False, seed=42, bucket=True, length_multiple=8):
-        self.tokenizer, self.config, self.cache_dir = tokenizer, config, cache_dir
+    def __init__(self, train, predict, v2: bool, squad_options: Dict, options: runner.TaskOptions):
+        super().__init__(options)
         self.sources = {"train": train, "predict": predict}  # split -> (examples, file) or None
-        self.v2, self.o, self.head_options, self.seed = v2, options, head_options, seed
-        self.num_workers, self.progress, self.overwrite_data = num_workers, progress, overwrite_data
-        self.bucket = bucket  # training batches of one length group, padded to their longest (data.lengths)
-        self.length_multiple = length_multiple  # padded lengths rounded up to a multiple of this
+        self.v2, self.o = v2, squad_options
         self.main_metric = "best_f1" if v2 else "f1"
-        self.null_threshold = options["null_score_diff_threshold"] if v2 else None
+        self.null_threshold = squad_options["null_score_diff_threshold"] if v2 else None
         self._kept = {}
 
     def build_features(self, split):
@@ -36,14 +34,14 @@ class SquadRun(runner.TaskSpec):
         examples, source = self.sources[split]
         o = self.o
         base = os.path.splitext(os.path.basename(source))[0]
-        path = os.path.join(self.cache_dir, f"{base}-{split}-L{o['max_seq_length']}-q{o['max_query_length']}-"
+        path = os.path.join(self.cache_dir, f"{base}-{split}-L{self.L}-q{o['max_query_length']}-"
                                             f"s{o['doc_stride']}.tfrecord")
         if self.overwrite_data:
             for p in (path, path + ".json", squad_data.index_path(path)):
                 if os.path.exists(p):
                     os.remove(p)
         t0 = time.time()
-        index = squad_data.write_squad_features(examples, path, self.tokenizer, o["max_seq_length"], o["doc_stride"],
+        index = squad_data.write_squad_features(examples, path, self.tokenizer, self.L, o["doc_stride"],
                                                 o["max_query_length"], is_training=split == "train",
                                                 num_workers=self.num_workers, progress=self.progress)
         stats = index.stats
@@ -63,7 +61,7 @@ class SquadRun(runner.TaskSpec):
     def feature_spec(self):
         from tasks.squad import features as squad_data
 
-        return squad_data.squad_feature_spec(self.o["max_seq_length"])
+        return squad_data.squad_feature_spec(self.L)
 
     def prepare(self, splits):
         for split in splits:
@@ -72,7 +70,7 @@ class SquadRun(runner.TaskSpec):
     def train_dataset(self, batch_size, input_context):
         from tasks.squad import features as squad_data
 
-        return squad_data.squad_dataset(self.features("train")[0], self.o["max_seq_length"], batch_size,
+        return squad_data.squad_dataset(self.features("train")[0], self.L, batch_size,
                                         is_training=True, seed=self.seed, input_context=input_context,
                                         dynamic="right" if self.bucket else None,
                                         length_multiple=self.length_multiple)
@@ -101,7 +99,7 @@ class SquadRun(runner.TaskSpec):
             out["loss"] = tf.cast(model.per_example_loss(feats, outputs), tf.float32)
             return out
 
-        ds = squad_data.squad_dataset(path, o["max_seq_length"], o["predict_batch_size"], is_training=False,
+        ds = squad_data.squad_dataset(path, self.L, self.predict_batch_size, is_training=False,
                                       dynamic="right", length_multiple=self.length_multiple)
         t0 = time.time()
         out = run_predict(model, ds, self.finetuner.strategy, output_fn=output_fn)
@@ -156,7 +154,7 @@ class SquadRun(runner.TaskSpec):
         from tasks.squad.serving import SquadServing
 
         o = self.o
-        SquadServing(model, self.tokenizer, o["max_seq_length"], o["max_query_length"], o["doc_stride"],
+        SquadServing(model, self.tokenizer, self.L, o["max_query_length"], o["doc_stride"],
                      o["max_answer_length"], null_threshold=self.null_threshold,
                      allow_last_paragraph_token=o["allow_last_paragraph_token"]).export(export_dir)
         log.info("exported SavedModel to %s (signatures: serving_default(question, context), serve_ids)",

@@ -1,101 +1,16 @@
-"""Training-memory estimator for XLNet fine-tuning: what each memory lever buys before you run out of memory.
+"""RAM estimate of an XLNet fine-tuning step (or inference): parameters, optimizer state and the step's peak of
+activations, so a run that cannot fit is refused before any work ("memory" elsewhere in this code base means the
+Transformer-XL memory, ``mems``).
 
-    python -m xlnet_tf.memory --config=large --seq_len=512 --batch=1 --precision=mixed_bfloat16 --recompute
-    python -m xlnet_tf.memory --config=base --seq_len=512 --batch=8 --num_trainable_layers=4 --grad_accum_steps=4
+    python -m xlnet_tf.ram --config=large --seq_len=512 --batch=1 --precision=mixed_bfloat16 --recompute
+    python -m xlnet_tf.ram --config=base --seq_len=512 --batch=8 --num_trainable_layers=4 --grad_accum_steps=4
 
 ``estimate(config, seq_len, batch, precision, recompute, num_trainable_layers, ...) -> dict`` is the function
-behind the CLI and ``benchmarks/memory_levers.py`` (which checks it against the allocator's measured peak).
-It imports no TensorFlow. Sizes are bytes; 1 MiB = 2**20 bytes.
+behind the CLI, ``run_common.check_memory`` and ``benchmarks/memory_levers.py`` (which checks it against the
+allocator's measured peak). It imports no TensorFlow. Sizes are bytes; 1 MiB = 2**20 bytes.
 
-The model (one replica, one optimizer update of ``batch`` examples, ``grad_accum_steps`` micro-batches)
-------------------------------------------------------------------------------------------------------
-*Persistent* (alive across steps):
-
-* parameters: every variable of the backbone + head in float32. Keras' mixed policies keep variables in
-  float32 (they are the "master weights"); the compute-dtype copies are casts made inside the step (below).
-* optimizer state: Adam(W) keeps ``m`` and ``v`` (float32) for the *trainable* variables only: the trainer builds
-  its slots for the ``num_trainable_layers`` subset, so frozen variables cost no optimizer memory.
-
-*Step memory* (allocated and freed inside one training step; its peak is what the levers change):
-
-* gradients: float32, one per trainable variable (the word-embedding gradient is a dense [n_token, d] tensor:
-  the trainer densifies it). With ``grad_accum_steps > 1`` an accumulator of the same size lives through the step.
-* activations kept for the backward pass, per *trainable* block, derived from the ops of ``attention.py`` and
-  ``feedforward.py`` (b = micro-batch, q = k = seq_len, r = k + q relative positions, n heads x d_head,
-  a = compute-dtype bytes):
-
-  ============================================  =====================  =========================================
-  tensor                                         shape                  why autodiff keeps it
-  ============================================  =====================  =========================================
-  q + r_w_bias, q + r_r_bias, q + r_s_bias       3 x [b, n, q, d_head]  operands of the AC / BD / EF matmuls
-  k_head, v_head                                 2 x [b, n, k, d_head]  operands of AC and prob.v
-  kr = R.W_r                                     [n, r, d_head]         operand of the BD matmul ([b,n,q,r] BD
-                                                                        itself is only a temporary: rel_shift is
-                                                                        a reshape/slice, its gradient needs none)
-  softmax output                                 [b, n, q, k] float32   softmax gradient (always float32: the
-                                                                        scores are upcast before the softmax)
-  attention-dropout random values / mask         [b, n, q, k]           dropout gradient (XLA keeps the uniform
-                                                                        draws, a bytes; TF graph mode a bool mask)
-  dropped probabilities                          [b, n, q, k]           operand of prob.v
-  attention vector                               [b, q, n*d_head]       operand of the o projection
-  2 output-dropout draws (attention, FFN)        2 x [b, q, d]          dropout gradients
-  LayerNorm inputs and outputs (2 LNs)           4 x [b, q, d]          LN gradient (with the row mean and 1/std)
-  FFN pre-activation, tanh(.), dropout draws,    4 x [b, q, d_inner]    GELU (tanh form) gradient, dropout,
-  dropped activation                                                    operand of layer_2 (graph mode: no tanh,
-                                                                        the GELU gradient cluster recomputes it)
-  mixed precision: compute-dtype weight copies   q,k,v,o,ff1,ff2        d(input) = d(out).W^T needs the cast W
-  ============================================  =====================  =========================================
-
-  With the compiled attention kernels (``fused_attention``: CPU, graph mode, float32; see
-  ``fused_attention_applies``) the attention keeps q, k, v as projected [b, len, n*d_head], kr [r, n*d_head], the
-  float32 probabilities and a bool keep mask: no biased queries, no dropped probabilities, and no score-sized
-  workspace. Calibration (Base, seq 512, batch 2, float32, ``--jit=update``): allocator peak 2430 MiB
-  with the kernels vs 2426 estimated (-0.2%), 2895 without vs 2835 (-2.1%); with --recompute 2398 / 2354
-  measured vs 1978 estimated (-17.5% / -16.0%: the graph-mode recompute peak is not modelled yet).
-
-  Once per step: the dropped positional encodings [r, d] per example (``pos_dropout="per_example"``) or per
-  batch (operand of W_r's gradient), the embedding output and
-  dropout draws, the boolean segment/attention masks [b, q, k], the head's activations.
-* frozen bottom layers (``num_trainable_layers=N``): the tape only records ops that depend on a trainable
-  variable, so blocks below the first trainable block keep nothing; only the input of the lowest trainable
-  block is kept.
-* ``recompute``: each block runs under ``tf.recompute_grad``: the forward keeps only the block's input
-  [b, q, d]; the backward re-runs one block at a time, so one block's activations exist at a time.
-* workspace: temporaries that are never kept: the forward attention scores (AC, BD [b,n,q,r] = 2x a score
-  tensor, their sum), the backward's score gradients (about 5 score-sized tensors) and, under graph mode,
-  the optimizer's per-variable temporaries.
-
-The step peak is found on a timeline, not by summing: at the end of the forward every kept activation is alive
-and no block gradient exists yet; going down the backward, block j's activations are freed as its gradients
-appear. So ``peak = max(forward, each backward block, update)``; the naive sum of the components is also
-reported (an upper bound). Backend: ``jit=True`` (whole-step XLA: the trainer's ``--jit=true`` and its default on
-one GPU; XLA's buffer assignment fuses elementwise chains) or ``jit=False`` (TF graph mode, which keeps more
-intermediates: ``--jit=false`` and ``--jit=update``, the default on one CPU, whose forward and backward are graph
-mode).
-
-What XLA does on top (found in its buffer-assignment dumps of the real step, modelled because they decide
-the peak; both are properties of this implementation, not of XLNet):
-
-* ``rng_hoisting``: every block's dropout seed is known before the step runs (it does not depend on the
-  data), so XLA draws the uniform randoms of ALL blocks at the start of the step. With frozen layers the
-  forward therefore peaks at the first block with every block's draws alive; with ``recompute`` each block's
-  draws stay alive until its recomputation. (Tying each block's seed to its input, e.g. adding
-  ``where(x == x, 0, 1)`` of one element of ``h``, removes this: measured on Base, batch 2, seq 512,
-  ``num_trainable_layers=2``: XLA step peak 646 -> 370 MiB.) ``rng_hoisting=False`` estimates that variant.
-* with a mixed precision and ``grad_accum_steps > 1`` XLA hoists the (loop-invariant) weight casts out of
-  the accumulation loop: a compute-dtype copy of every weight the forward reads lives through the step.
-* ``cpu=True``: XLA:CPU has no native 16-bit matmul; it round-trips bf16/fp16 values through float32, so
-  activations are as large as in float32 (mixed precision saves no memory on CPU, and is slower there).
-
-Calibration (benchmarks/memory_levers.py; ``benchmarks/results/memory_levers.md``): XLNet-Base,
-seq 512, batch 2, the trainer's whole-step XLA on CPU, against TensorFlow's allocator peak: float32, recompute,
-bf16, frozen layers and accumulation within -5.4%..+1.1% of the total; all levers together -13.1% and
-mixed_float16 -10.5% (its loss scaling allocates ~a gradient set outside the compiled step; not modelled).
-TF graph mode (``jit=False``, the CPU default ``--jit=update``) is modelled from the ops but not calibrated: at
-Base seq 512 it measured +18% (float32) and -16% (recompute) off. The estimate counts tensors only: the process
-RSS also holds TensorFlow itself (~575 MiB after import on CPU), the XLA executable, compiler leftovers and
-allocator pools (measured: 2.4-4.3 GB more than the allocator peak for Base with whole-step XLA,
-~1.0-1.3 GB in graph mode).
+What the model counts, the step's timeline, what XLA does on top and the calibration: PERFORMANCE.md, "The RAM
+estimator".
 """
 
 from __future__ import annotations
@@ -340,7 +255,7 @@ def estimate(config: Union[XLNetConfig, str, dict], seq_len: int, batch: int, pr
              cpu: bool = False, fused_attention: bool = False) -> Dict:
     """Estimated training memory of one replica. ``batch`` = examples per optimizer update (per replica);
     each of the ``grad_accum_steps`` micro-batches holds ``ceil(batch / grad_accum_steps)``. Returns a dict of
-    bytes (see the module docstring for the model); ``total`` = parameters + optimizer state + step peak.
+    bytes (the model: PERFORMANCE.md, "The RAM estimator"); ``total`` = parameters + optimizer state + step peak.
     ``fused_attention``: the step runs the compiled attention kernels (see ``fused_attention_applies``)."""
     c = _as_config(config)
     if optimizer not in OPTIMIZER_SLOTS:
@@ -404,7 +319,7 @@ def estimate(config: Union[XLNetConfig, str, dict], seq_len: int, batch: int, pr
     largest = max(c.d_model * c.d_inner if n_tr else 0, tp["embeddings"] and c.n_token * c.d_model, hp)
     opt_tmp = 4 * largest * (1 if jit else 2)               # per-variable temporaries of clipping / Adam
 
-    # ---- the step's timeline (see module docstring)
+    # ---- the step's timeline (PERFORMANCE.md, "The RAM estimator")
     phases = {}
     # forward, at the top block's attention scores (its FFN half does not exist yet); then after the head
     below_top = max(n_tr - 1, 0) * kept_per_block
@@ -527,7 +442,7 @@ def format_table(e: Dict) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m xlnet_tf.memory", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m xlnet_tf.ram", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default="base", help="preset (tiny/small/base/large), a config json or a directory")
     p.add_argument("--seq_len", type=int, default=512)
@@ -548,7 +463,7 @@ def main(argv=None) -> int:
                    help="cpu: XLA:CPU upcasts 16-bit matmuls, so mixed precision keeps float32 activations")
     p.add_argument("--rng_hoisting", default="auto", choices=["auto", "true", "false"],
                    help="auto (= --jit): XLA draws every block's dropout randoms at the start of the step "
-                        "(see the module docstring); false: the estimate without that effect")
+                        "(PERFORMANCE.md, \"The RAM estimator\"); false: the estimate without that effect")
     p.add_argument("--fused_attention", default="auto", choices=["auto", "true", "false"],
                    help="auto: the compiled attention kernels when they would run (--device=cpu, --jit update or "
                         "false, float32, the library built); they keep fewer [b, n, q, k] tensors")

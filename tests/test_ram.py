@@ -1,4 +1,4 @@
-"""xlnet_tf.memory: the estimator's arithmetic on known cases, against the real models' variables, and its CLI.
+"""xlnet_tf.ram: the estimator's arithmetic on known cases, against the real models' variables, and its CLI.
 
 The measured side (allocator / XLA peaks of real training steps) lives in benchmarks/memory_levers.py; here only
 fast checks: parameter counts equal the real models' (Base/Large built without allocating their weights),
@@ -15,9 +15,9 @@ import sys
 import numpy as np
 import pytest
 
-from xlnet_tf import memory
+from xlnet_tf import ram
 from xlnet_tf.config import XLNetConfig
-from xlnet_tf.memory import (backbone_param_counts, block_activations, block_param_count, estimate,
+from xlnet_tf.ram import (backbone_param_counts, block_activations, block_param_count, estimate,
                              head_param_count, main, trainable_param_counts)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -247,13 +247,13 @@ def test_cli_table_and_json(capsys, tmp_path):
 
 
 def test_cli_subprocess():
-    proc = subprocess.run([sys.executable, "-m", "xlnet_tf.memory", "--config=large", "--seq_len=512", "--batch=1",
+    proc = subprocess.run([sys.executable, "-m", "xlnet_tf.ram", "--config=large", "--seq_len=512", "--batch=1",
                            "--precision=float32", "--optimizer=adamw", "--head=none"], cwd=ROOT, capture_output=True,
                           text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "estimated peak" in proc.stdout and "360,300,802" in proc.stdout
-    check = subprocess.run([sys.executable, "-c", "import sys, xlnet_tf.memory as m; m.estimate('large', 512, 1); "
+    check = subprocess.run([sys.executable, "-c", "import sys, xlnet_tf.ram as m; m.estimate('large', 512, 1); "
                             "print('tensorflow' in sys.modules)"], cwd=ROOT, capture_output=True, text=True,
                            timeout=120)
     assert check.stdout.strip() == "False"
@@ -273,13 +273,13 @@ def test_fused_attention_keeps_fewer_score_tensors(monkeypatch, tmp_path):
     assert fused["workspace_items"]["forward"] == 0 and fused["workspace_items"]["backward_attention"] == 7 * bqd * 4
     assert fused["step_peak"] < plain["step_peak"] and fused["fused_attention"]
     lib = tmp_path / "_rel_attention.so"
-    monkeypatch.setattr(memory, "KERNEL_LIBRARY", str(lib))
-    assert not memory.fused_attention_applies(cfg, "float32", jit=False, cpu=True)   # not built
+    monkeypatch.setattr(ram, "KERNEL_LIBRARY", str(lib))
+    assert not ram.fused_attention_applies(cfg, "float32", jit=False, cpu=True)   # not built
     lib.write_bytes(b"")
-    assert memory.fused_attention_applies(cfg, "float32", jit=False, cpu=True)
-    assert not memory.fused_attention_applies(XLNetConfig.base(), "float32", jit=False, cpu=True)  # per example
-    assert memory.fused_attention_applies(XLNetConfig.base(dropout=0.0), "float32", jit=False, cpu=True)
-    assert not memory.fused_attention_applies(cfg, "float32", jit=True, cpu=True)    # whole-step XLA
-    assert not memory.fused_attention_applies(cfg, "mixed_bfloat16", jit=False, cpu=True)
-    assert not memory.fused_attention_applies(cfg, "float32", jit=False, cpu=False)  # GPU/TPU
-    assert not memory.fused_attention_applies(cfg.replace(accelerate=False), "float32", jit=False, cpu=True)
+    assert ram.fused_attention_applies(cfg, "float32", jit=False, cpu=True)
+    assert not ram.fused_attention_applies(XLNetConfig.base(), "float32", jit=False, cpu=True)  # per example
+    assert ram.fused_attention_applies(XLNetConfig.base(dropout=0.0), "float32", jit=False, cpu=True)
+    assert not ram.fused_attention_applies(cfg, "float32", jit=True, cpu=True)    # whole-step XLA
+    assert not ram.fused_attention_applies(cfg, "mixed_bfloat16", jit=False, cpu=True)
+    assert not ram.fused_attention_applies(cfg, "float32", jit=False, cpu=False)  # GPU/TPU
+    assert not ram.fused_attention_applies(cfg.replace(accelerate=False), "float32", jit=False, cpu=True)
