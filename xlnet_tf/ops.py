@@ -1,8 +1,8 @@
 """The math of XLNet's layers as plain TensorFlow ops: activation, dropout, LayerNorm, relative attention scores.
 
-The layers (``encodings``, ``attention``, ``feedforward``, ``block``) call these through an ops table
-(``PLAIN`` here; ``xlnet_tf.accel.fusions.FUSED`` has the same functions as XLA clusters with hand-written
-gradients). Everything is batch-major ([batch, len, ...]).
+The layers call these through an ops table (``OpsTable``: ``PLAIN`` here; ``xlnet_tf.accel.fusions.FUSED`` has the
+same functions as XLA clusters with hand-written gradients), the one ``xlnet_tf.accel.choose`` picks for a forward
+pass. Everything is batch-major ([batch, len, ...]).
 
 Dropout convention, one for every site: a site's seed is ``stateless_fold_in(seed, salt)``; its keep mask is
 ``bits >= round(rate * 2^32)`` over uint32 bits from XLA's ThreeFry for that seed and the tensor's shape
@@ -14,8 +14,7 @@ the plain and the accelerated ops draw the same masks.
 
 from __future__ import annotations
 
-import types
-from typing import Optional
+from typing import Optional, Protocol, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -154,7 +153,34 @@ def rows(x, axis: int, start: int, end: int):
     return tf.slice(x, begin + [0] * (len(x.shape) - axis - 1), size + [-1] * (len(x.shape) - axis - 1))
 
 
-# The ops table the layers call (``xlnet_tf.accel.fusions.FUSED`` has the same names).
-PLAIN = types.SimpleNamespace(
-    name="plain", dropout=dropout, gelu_dropout=gelu_dropout, layer_norm=layer_norm,
-    dropout_add_layer_norm=dropout_add_layer_norm, query_terms=query_terms, attention_probs=attention_probs)
+class OpsTable(Protocol):
+    """The ops the layers call (``PLAIN`` below; ``xlnet_tf.accel.fusions.FUSED`` computes the same math)."""
+    name: str
+
+    def dropout(self, x, rate: float, seed: Optional[tf.Tensor], salt: int) -> tf.Tensor: ...
+
+    def gelu_dropout(self, u, bias, rate: float, seed: Optional[tf.Tensor], salt: int) -> tf.Tensor: ...
+
+    def layer_norm(self, x, gamma, beta, eps: float) -> tf.Tensor: ...
+
+    def dropout_add_layer_norm(self, h, x, gamma, beta, eps: float, rate: float, seed: Optional[tf.Tensor],
+                               salt: int, bias=None) -> tf.Tensor: ...
+
+    def query_terms(self, q, biases: Sequence[tf.Tensor], scale: float) -> Tuple[tf.Tensor, ...]: ...
+
+    def attention_probs(self, ac, bd, ef, ef_diff, blocked, rate: float = 0.0, seed: Optional[tf.Tensor] = None,
+                        salt: int = 0) -> tf.Tensor: ...
+
+
+class Plain:
+    """``OpsTable`` of the plain TensorFlow ops above."""
+    name = "plain"
+    dropout = staticmethod(dropout)
+    gelu_dropout = staticmethod(gelu_dropout)
+    layer_norm = staticmethod(layer_norm)
+    dropout_add_layer_norm = staticmethod(dropout_add_layer_norm)
+    query_terms = staticmethod(query_terms)
+    attention_probs = staticmethod(attention_probs)
+
+
+PLAIN: OpsTable = Plain()

@@ -14,7 +14,6 @@ XLNet-Base): 1.04x per training step at 8x128 and 1.05x at 2x512 inference; neut
 from __future__ import annotations
 
 import math
-import types
 from typing import Optional
 
 import tensorflow as tf
@@ -253,6 +252,15 @@ def attention_probs(ac, bd, ef, ef_diff, blocked, rate: float = 0.0, seed: Optio
     return f(ac, bd, *(() if ef is None else (ef,)))
 
 
-FUSED = types.SimpleNamespace(
-    name="xla", dropout=dropout, gelu_dropout=gelu_dropout, layer_norm=layer_norm,
-    dropout_add_layer_norm=dropout_add_layer_norm, query_terms=query_terms, attention_probs=attention_probs)
+class Fused:
+    """``ops.OpsTable`` of the XLA clusters above."""
+    name = "xla"
+    dropout = staticmethod(dropout)
+    gelu_dropout = staticmethod(gelu_dropout)
+    layer_norm = staticmethod(layer_norm)
+    dropout_add_layer_norm = staticmethod(dropout_add_layer_norm)
+    query_terms = staticmethod(query_terms)
+    attention_probs = staticmethod(attention_probs)
+
+
+FUSED: ops.OpsTable = Fused()
