@@ -14,6 +14,7 @@ the plain and the accelerated ops draw the same masks.
 
 from __future__ import annotations
 
+import sys
 from typing import Optional, Protocol, Sequence, Tuple
 
 import tensorflow as tf
@@ -154,7 +155,8 @@ def rows(x, axis: int, start: int, end: int):
 
 
 class OpsTable(Protocol):
-    """The ops the layers call (``PLAIN`` below; ``xlnet_tf.accel.fusions.FUSED`` computes the same math)."""
+    """The ops the layers call: a module with these names (``PLAIN``, this module; ``xlnet_tf.accel.fusions.FUSED``,
+    the same math as XLA clusters)."""
     name: str
 
     def dropout(self, x, rate: float, seed: Optional[tf.Tensor], salt: int) -> tf.Tensor: ...
@@ -172,15 +174,6 @@ class OpsTable(Protocol):
                         salt: int = 0) -> tf.Tensor: ...
 
 
-class Plain:
-    """``OpsTable`` of the plain TensorFlow ops above."""
-    name = "plain"
-    dropout = staticmethod(dropout)
-    gelu_dropout = staticmethod(gelu_dropout)
-    layer_norm = staticmethod(layer_norm)
-    dropout_add_layer_norm = staticmethod(dropout_add_layer_norm)
-    query_terms = staticmethod(query_terms)
-    attention_probs = staticmethod(attention_probs)
-
-
-PLAIN: OpsTable = Plain()
+# The plain table is this module: its functions above have the ``OpsTable`` names.
+name = "plain"
+PLAIN: OpsTable = sys.modules[__name__]

@@ -14,6 +14,7 @@ XLNet-Base): 1.04x per training step at 8x128 and 1.05x at 2x512 inference; neut
 from __future__ import annotations
 
 import math
+import sys
 from typing import Optional
 
 import tensorflow as tf
@@ -252,15 +253,6 @@ def attention_probs(ac, bd, ef, ef_diff, blocked, rate: float = 0.0, seed: Optio
     return f(ac, bd, *(() if ef is None else (ef,)))
 
 
-class Fused:
-    """``ops.OpsTable`` of the XLA clusters above."""
-    name = "xla"
-    dropout = staticmethod(dropout)
-    gelu_dropout = staticmethod(gelu_dropout)
-    layer_norm = staticmethod(layer_norm)
-    dropout_add_layer_norm = staticmethod(dropout_add_layer_norm)
-    query_terms = staticmethod(query_terms)
-    attention_probs = staticmethod(attention_probs)
-
-
-FUSED: ops.OpsTable = Fused()
+# The fused table is this module: its functions above have the ``ops.OpsTable`` names.
+name = "xla"
+FUSED: ops.OpsTable = sys.modules[__name__]
