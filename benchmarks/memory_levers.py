@@ -156,11 +156,10 @@ def worker(spec: dict) -> None:
         times.append(time.perf_counter() - t)
         loads.append(os.getloadavg()[0])
     mem = tf.config.experimental.get_memory_info(device)
-    from xlnet_tf.accel import fused_attention  # did the step run the kernels? (the estimate models them)
+    from xlnet_tf import accel  # did the step run the kernels? (the estimate models them)
 
-    fused = (spec["jit"] is not True and spec["precision"] == "float32" and not spec["shape"].get("bi_data")
-             and "kernels" in cfg.accelerations
-             and fused_attention.op_for(spec["shape"]["d_head"], tf.float32) is not None)
+    fused = (spec["jit"] is not True and spec["precision"] == "float32"
+             and accel.choose(cfg, tf.float32, True, False).kernel is not None)
     out = {"device": device, "fused_attention": bool(fused), "rss_import_mb": rss_import, "rss_built_mb": rss_built,
            "rss_ready_mb": rss_ready,
            "rss_maxrss_mb": max(rss_maxrss_warm, _status_mb("VmHWM")), "rss_steady_peak_mb": _status_mb("VmHWM"),

@@ -1,13 +1,14 @@
 """Backbone behaviour beyond HF parity: config I/O, dropout, mixed precision, recompute, depths."""
 
 import json
+import logging
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from xlnet_tf import XLNetConfig, XLNetModel, block, encodings, ops
+from xlnet_tf import XLNetConfig, XLNetModel, accel, block, encodings, ops
 from xlnet_tf.accel import chunks, fusions
 
 TINY = dict(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64, n_token=60)
@@ -242,6 +243,25 @@ def test_positional_basis_projects_like_the_encoding(run, qlen, mlen):
     np.testing.assert_allclose(factored.numpy(), dense.numpy(), rtol=0, atol=1e-6)
 
 
+def test_accelerations_are_chosen_in_one_place_with_the_reason(caplog):
+    """``accel.choose`` names what runs and why it may not, and a traced forward pass logs it once."""
+    plain = accel.choose(XLNetConfig(**TINY, accelerate=False), tf.float32, False, False)
+    assert (plain.ops, plain.kernel, plain.chunk) == (ops.PLAIN, None, 0) and "not selected" in plain.why
+    bi_data = accel.choose(XLNetConfig(**TINY, bi_data=True), tf.float32, False, False)
+    assert (bi_data.ops, bi_data.kernel, bi_data.chunk) == (fusions.FUSED, None, chunks.CHUNK)
+    assert "no kernels: bi_data" in bi_data.why
+    half = accel.choose(XLNetConfig(**TINY, attn_type="uni", accelerate="kernels"), tf.bfloat16, True, False)
+    assert (half.ops, half.kernel, half.chunk) == (ops.PLAIN, None, 0) and "compute dtype bfloat16" in half.why
+    per_example = accel.choose(XLNetConfig(**TINY), tf.float32, True, True)
+    assert per_example.kernel is None and "per-example positional dropout" in per_example.why
+    m = XLNetModel(XLNetConfig(**TINY))
+    forward = tf.function(lambda ids: m(ids)["sequence_output"])
+    with caplog.at_level(logging.INFO, logger="xlnet_tf.accel"):
+        for length in (5, 5, 7):  # two traces
+            forward(tf.zeros([2, length], tf.int32))
+    assert sum("xlnet_tf accelerations: ops xla" in r.getMessage() for r in caplog.records) == 2
+
+
 def test_query_chunks_bounds():
     assert chunks.query_chunks(None, 128) is None and chunks.query_chunks(255, 128) is None
     assert chunks.query_chunks(512, 0) is None
@@ -299,9 +319,9 @@ def test_positional_encoding_dropout_per_example(monkeypatch, bi_data, mode):
     seen = []
     call = block.XLNetBlock.call
 
-    def record(self, h, g, mem, pos_emb, *args, **kwargs):
-        seen.append(pos_emb)
-        return call(self, h, g, mem, pos_emb, *args, **kwargs)
+    def record(self, h, g, mem, inputs):
+        seen.append(inputs.pos_emb)
+        return call(self, h, g, mem, inputs)
 
     monkeypatch.setattr(block.XLNetBlock, "call", record)
     rate, b, q = 0.5, 4, 5

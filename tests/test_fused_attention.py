@@ -19,7 +19,7 @@ needs_kernel = pytest.mark.skipif(OP is None, reason=f"fused attention kernel: {
 
 
 def reference_attention(q, k, v, kr, rw, rr, rs, seg, diff, blocked, scale, keep=None, rate=0.0):
-    """The graph's attention core (``attention.attend_rows``' ops, heads transposed) on [b, len, n, h] inputs,
+    """The graph's attention core (``attention.rel_attn_core``' ops, heads transposed) on [b, len, n, h] inputs,
     kr [r, n, h]; with ``keep`` [b, n, q, k] the attention dropout. Returns the output and the probabilities."""
     t = lambda x: tf.transpose(x, [0, 2, 1, 3])
     biases = [rw, rr] + ([rs] if diff is not None else [])

@@ -6,9 +6,10 @@ For a query row i and a key j (memory first, then the segment) the score per hea
     (q_i + r_w) . k_j  +  (q_i + r_r) . kr[distance(i, j)]  +  (q_i + r_s) . seg_embed[diff(i, j)]
 
 scaled by 1/sqrt(d_head), -1e30 where blocked (``masks.py``), softmax over j, attention dropout, times v_j;
-kr = the block's ``r`` projection of the relative positional encodings. The content stream h attends to memory
-and content; the query stream g (pretraining) to the same keys and values with its own mask. ``attend_rows``
-below is the whole core; ``RelativeAttention.call`` runs both streams through it.
+kr = the block's ``r`` projection of the relative positional encodings. ``rel_attn_core`` below is the whole
+core, every input explicit. ``RelativeAttention.call`` projects the keys and values once and runs the content
+stream h (over memory and content) and the query stream g (pretraining: the same keys and values, its own mask)
+through it, or through the acceleration ``LayerInputs.accel`` chose (``xlnet_tf.accel``).
 
 Weights follow the original checkpoint: q/k/v/r/o kernels [d_model, n_head, d_head] (no biases), the
 r_w/r_r/r_s biases [n_head, d_head] (this block's with ``untie_r``, else the model's shared ones), the block's
@@ -17,77 +18,69 @@ r_w/r_r/r_s biases [n_head, d_head] (this block's with ``untie_r``, else the mod
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Dict, Optional
+from typing import Dict, Optional, Union
 
 import keras
 import tensorflow as tf
 
-from xlnet_tf import accel
-from xlnet_tf.accel import chunks, fused_attention
+from xlnet_tf.accel import Choice, chunks, fused_attention
 from xlnet_tf.encodings import PositionalBasis, SegmentEncoding
+from xlnet_tf.ops import OpsTable
 
 
-def attend_rows(ops_table, q_head, k_head, v_head, kr, biases, segment, ef_diff, blocked, scale, rate, seed,
-                salt):
-    """Relative attention for queries q_head [b, n, q, h] over keys/values [b, n, k, h]: [b, n, q, h].
+@dataclasses.dataclass(frozen=True)
+class LayerInputs:
+    """What every block reads besides its hidden states, built once per forward pass in ``XLNetModel.call``.
 
-    kr: [pb, n, r, h] projected positional encodings: pb = 1 shared by the batch, 2 one per half with bi_data,
-    or b one per example (after dropout on the encodings), consecutive examples grouped; biases: (r_w, r_r, r_s)
-    [n, h]; segment: the block's ``SegmentEncoding``; ef_diff: [b, q, k] bool or None (no segment term);
-    blocked: bool [b|1, q, k] or None.
+    pos_emb: the relative positional encodings, [pb, r, d_model] after dropout (pb = batch with per-example
+    dropout, 2 with bi_data, else 1) or, without dropout on them, a ``PositionalBasis``; ef_diff: [b, q, klen] bool
+    (key in another segment) or None (no segment term); content_blocked / query_blocked: bool [b|1, q, klen]
+    (True = may not attend) or None; target_mapping: [b, m, q] in the compute dtype or None; seed: this block's
+    dropout seed (None: no dropout); training: the model's flag; accel: the accelerations chosen for this pass.
     """
-    qw, qr, *qs = ops_table.query_terms(q_head, biases if ef_diff is not None else biases[:2], scale)
-    ac = tf.matmul(qw, k_head, transpose_b=True)  # [b, n, q, k]
-    if kr.shape[0] != 1:  # a group of the batch per encoding: [pb, b/pb, n, q, h] x [pb, 1, n, r, h]
-        shape = tf.shape(qr)
-        pb = tf.shape(kr)[0]
-        qr = tf.reshape(qr, tf.concat([[pb, shape[0] // pb], shape[1:]], axis=0))
-        bd = tf.matmul(qr, tf.expand_dims(kr, 1), transpose_b=True)
-        bd = tf.reshape(bd, tf.concat([shape[:3], tf.shape(bd)[-1:]], axis=0))
-    else:  # one set of encodings broadcast over the batch: [b, n, q, h] x [n, r, h]
-        bd = tf.matmul(qr, tf.squeeze(kr, 0), transpose_b=True)  # [b, n, q, r]
-    ef = segment(qs[0]) if ef_diff is not None else None  # [b, n, q, 2]
-    prob = ops_table.attention_probs(ac, bd, ef, ef_diff, blocked, rate, seed, salt)
-    return tf.matmul(prob, v_head)  # [b, n, q, h]
+    pos_emb: Union[tf.Tensor, PositionalBasis]
+    ef_diff: Optional[tf.Tensor]
+    content_blocked: Optional[tf.Tensor]
+    query_blocked: Optional[tf.Tensor]
+    target_mapping: Optional[tf.Tensor]
+    seed: Optional[tf.Tensor]
+    training: bool
+    accel: Choice
+
+    def for_block(self, index: int) -> "LayerInputs":
+        """The same inputs with block ``index``'s own dropout seed."""
+        seed = None if self.seed is None else tf.random.experimental.stateless_fold_in(self.seed, 100 + index)
+        return dataclasses.replace(self, seed=seed)
 
 
-class GraphCore:
-    """One call's keys, values and positional rows in the graph's layout ([b, n, len, h]), and attention over
-    them (``attend_rows``). ``xlnet_tf.accel`` has cores with the same methods (query chunks, compiled kernels).
+def rel_attn_core(q, k, v, kr, r_w, r_r, r_s, seg_embed, ef_diff, blocked, scale: float, dropatt: float, seed,
+                  salt: int, ops: OpsTable):
+    """Relative attention for queries q [b, n, q, h] over keys and values k, v [b, n, k, h]: [b, n, q, h].
+
+    kr: [pb, n, r, h] projected positional encodings, consecutive examples grouped per encoding (pb = 1 shared
+    by the batch, 2 one per half with bi_data, b one per example); r_w, r_r, r_s: [n, h]; seg_embed: [2, n, h];
+    ef_diff: [b, q, k] bool or None (no segment term); blocked: bool [b|1, q, k] or None; dropout ``dropatt``
+    with ``seed`` (None: none) at site ``salt``.
     """
-    layout = "bnsh"  # einsum letters of a [batch, head, row, d_head] tensor
-
-    def __init__(self, layer, cat, pos_emb, ef_diff, seed, training):
-        self.layer, self.ef_diff, self.seed = layer, ef_diff, seed
-        self.k = layer.heads(cat, layer.k)  # [b, n, k, h]
-        self.v = layer.heads(cat, layer.v)
-        self.kr = layer.split_heads(layer.positional_rows(pos_emb, cat.dtype))  # [pb, n, r, h]
-
-    def queries(self, x):
-        return self.layer.heads(x, self.layer.q)
-
-    def attend(self, q, blocked, salt):
-        return self.attend_part(q, self.kr, self.ef_diff, blocked, salt)
-
-    def attend_part(self, q, kr, ef_diff, blocked, salt):
-        layer = self.layer
-        return attend_rows(layer.ops, q, self.k, self.v, kr, layer.biases(), layer.segment, ef_diff, blocked,
-                           layer.scale, layer.config.dropatt, self.seed, salt)
-
-    def merge(self, vec):
-        """[b, n, s, h] -> [b, s, n*h]."""
-        return self.layer.merge_heads(tf.transpose(vec, [0, 2, 1, 3]))
+    qw, qr, *qs = ops.query_terms(q, (r_w, r_r, r_s) if ef_diff is not None else (r_w, r_r), scale)
+    ac = tf.matmul(qw, k, transpose_b=True)  # [b, n, q, k]
+    shape, pb = tf.shape(qr), tf.shape(kr)[0]  # [b, n, q, h] as [pb, b/pb, n, q, h] x [pb, 1, n, r, h]
+    qr = tf.reshape(qr, tf.concat([[pb, shape[0] // pb], shape[1:]], axis=0))
+    bd = tf.matmul(qr, tf.expand_dims(kr, 1), transpose_b=True)
+    bd = tf.reshape(bd, tf.concat([shape[:3], tf.shape(bd)[-1:]], axis=0))  # [b, n, q, r]
+    ef = None if ef_diff is None else tf.matmul(qs[0], tf.transpose(seg_embed, [1, 2, 0]))  # [b, n, q, 2]
+    prob = ops.attention_probs(ac, bd, ef, ef_diff, blocked, dropatt, seed, salt)
+    return tf.matmul(prob, v)  # [b, n, q, h]
 
 
 class RelativeAttention(keras.layers.Layer):
-    """``call(h, g, mem, pos_emb, ef_diff, content_blocked, query_blocked, target_mapping, seed)`` ->
-    (LayerNorm(h + dropout(attention(h) W_o)), the same for g or None).
+    """``call(h, g, mem, inputs)`` -> (LayerNorm(h + dropout(attention(h) W_o)), the same for g or None).
 
-    h: [b, q, d] content; g: [b, m, d] query stream or None; mem: [b, mlen, d] or None; pos_emb: [pb, r, d]
-    or a ``PositionalBasis``; ef_diff: [b, q, klen] bool or None; *_blocked: bool [b|1, q, klen] or None;
-    target_mapping: [b, m, q] or None (query-stream rows -> positions: the rows attend at their positions).
-    Dropout salts: content 1 (attention) and 2 (output), query stream 5 and 6.
+    h: [b, q, d] content; g: [b, m, d] query stream or None; mem: [b, mlen, d] or None; inputs: ``LayerInputs``
+    (with target_mapping the query-stream rows attend at their positions). Dropout salts: content 1 (attention)
+    and 2 (output), query stream 5 and 6.
     """
 
     def __init__(self, config, shared_biases: Optional[Dict] = None, **kwargs):
@@ -113,59 +106,47 @@ class RelativeAttention(keras.layers.Layer):
         self.scale = 1.0 / math.sqrt(c.d_head)
         self.built = True
 
-    @property
-    def ops(self):
-        """The ops table of the run option ``config.accelerate`` (read when tracing)."""
-        return accel.ops_table(self.config.accelerations)
-
     def weight_roles(self):
         roles = [(w, "kernel") for w in (self.q, self.k, self.v, self.r, self.o)]
         roles += [(self.ln_gamma, "norm"), (self.ln_beta, "norm")]
         return roles + [(w, "attention_bias") for w in (self.r_w_bias, self.r_r_bias, self.r_s_bias)]
 
     def biases(self):
-        return tuple(tf.cast(b, self.compute_dtype) for b in (self.r_w_bias, self.r_r_bias, self.r_s_bias))
+        """r_w, r_r, r_s and seg_embed in the compute dtype."""
+        return tuple(tf.cast(w, self.compute_dtype)
+                     for w in (self.r_w_bias, self.r_r_bias, self.r_s_bias, self.segment.seg_embed))
 
     # ------------------------------------------------------------------ projections
-    # Projections run as plain 2-D MatMuls on [b*len, d_model] (a reshape, no copy), heads are then moved to
-    # [b, n, len, h] once, so every attention product is a BatchMatMul without hidden transposes.
-    def kernel_2d(self, kernel):
+    # Projections run as plain 2-D MatMuls on [b*len, d_model] (a reshape, no copy) with the heads side by side,
+    # [b, len, n*h]; the graph's attention moves them to [b, n, len, h] once, so every attention product is a
+    # BatchMatMul without hidden transposes.
+    def flat_kernel(self, kernel):
         """A [d_model, n, h] projection kernel as [d_model, n*h] in the compute dtype."""
         c = self.config
         return tf.reshape(tf.cast(kernel, self.compute_dtype), [c.d_model, c.n_head * c.d_head])
 
-    @staticmethod
-    def matmul_2d(x, kernel_2d, transpose_b=False):
-        """x [b, s, d_in] @ kernel_2d -> [b, s, d_out] via one 2-D MatMul (oneDNN's fast path)."""
+    def project(self, x, kernel, transpose: bool = False):
+        """x [b, s, d_model] @ kernel [d_model, n, h] -> [b, s, n*h] (``transpose``: [b, s, n*h] -> [b, s, d_model])
+        as one 2-D MatMul (oneDNN's fast path)."""
         shape = tf.shape(x)
-        y = tf.matmul(tf.reshape(x, tf.stack([-1, shape[-1]])), kernel_2d, transpose_b=transpose_b)
+        y = tf.matmul(tf.reshape(x, tf.stack([-1, shape[-1]])), self.flat_kernel(kernel), transpose_b=transpose)
         return tf.reshape(y, tf.concat([shape[:-1], tf.shape(y)[-1:]], axis=0))
 
-    def head_view(self, y):
-        """[b, s, n*h] -> [b, s, n, h] (a reshape, no copy)."""
-        c = self.config
-        return tf.reshape(y, tf.concat([tf.shape(y)[:-1], [c.n_head, c.d_head]], axis=0))
-
-    def split_heads(self, y):
+    def split_heads(self, x):
         """[b, s, n*h] -> [b, n, s, h]."""
-        return tf.transpose(self.head_view(y), [0, 2, 1, 3])
+        c = self.config
+        x = tf.reshape(x, tf.concat([tf.shape(x)[:-1], [c.n_head, c.d_head]], axis=0))
+        return tf.transpose(x, [0, 2, 1, 3])
 
     def merge_heads(self, x):
-        """[b, s, n, h] -> [b, s, n*h] (a reshape, no copy)."""
+        """[b, n, s, h] -> [b, s, n*h]."""
         shape = tf.shape(x)
-        return tf.reshape(x, tf.stack([shape[0], shape[1], self.config.n_head * self.config.d_head]))
-
-    def project(self, x, kernel):
-        """x [b, s, d_model] @ kernel [d_model, n, h] -> [b, s, n, h] (no transpose)."""
-        return self.head_view(self.matmul_2d(x, self.kernel_2d(kernel)))
-
-    def heads(self, x, kernel):
-        """x [b, s, d_model] @ kernel [d_model, n, h] -> [b, n, s, h]."""
-        return tf.transpose(self.project(x, kernel), [0, 2, 1, 3])
+        x = tf.transpose(x, [0, 2, 1, 3])
+        return tf.reshape(x, tf.stack([shape[0], shape[2], self.config.n_head * self.config.d_head]))
 
     def positional_tables(self, basis: PositionalBasis, dtype):
         """The factored projections (sin |d|f) W_sin and (cos |d|f) W_cos, each [R, n*h]."""
-        w = self.kernel_2d(self.r)
+        w = self.flat_kernel(self.r)
         half = self.config.d_model // 2
         w_sin = tf.slice(w, [0, 0], [half, -1])
         w_cos = tf.slice(w, [half, 0], [half, -1])
@@ -174,45 +155,54 @@ class RelativeAttention(keras.layers.Layer):
     def positional_rows(self, pos_emb, dtype):
         """Projected positional encodings [pb, r, n*h] from a [pb, r, d] tensor or a ``PositionalBasis``."""
         if not isinstance(pos_emb, PositionalBasis):
-            return self.matmul_2d(tf.cast(pos_emb, dtype), self.kernel_2d(self.r))
+            return self.project(tf.cast(pos_emb, dtype), self.r)
         from_sin, from_cos = self.positional_tables(pos_emb, dtype)
         from_sin = tf.gather(from_sin, pos_emb.index)  # [pb, r, n*h]
         from_cos = tf.gather(from_cos, pos_emb.index)
         return from_cos + from_sin * tf.expand_dims(tf.cast(pos_emb.sign, dtype), -1)
 
     # ------------------------------------------------------------------ forward
-    def _post_attention(self, x, vec, seed, salt):
-        """vec [b, q, n*h] -> output projection, dropout, residual, LayerNorm: [b, q, d]."""
-        c = self.config
-        out = self.matmul_2d(vec, self.kernel_2d(self.o), transpose_b=True)
-        return self.ops.dropout_add_layer_norm(out, x, self.ln_gamma, self.ln_beta, c.layer_norm_eps, c.dropout,
-                                               seed, salt)
-
-    def _core(self, cat, pos_emb, ef_diff, seed, training):
-        """The graph's attention core, or an acceleration's where it is selected and applies."""
-        names = self.config.accelerations
-        chunk = chunks.CHUNK if "chunks" in names and self.config.attn_type == "bi" else 0
-        if "kernels" in names:
-            core = fused_attention.KernelCore.create(self, cat, pos_emb, ef_diff, seed, training, chunk)
-            if core is not None:
-                return core
-        core = GraphCore(self, cat, pos_emb, ef_diff, seed, training)
-        return chunks.ChunkedCore(core, chunk) if chunk else core
-
-    def call(self, h, g, mem, pos_emb, ef_diff, content_blocked, query_blocked, target_mapping, seed=None,
-             training=False):
+    def call(self, h, g, mem, inputs: LayerInputs):
         cat = h if mem is None else tf.concat([tf.cast(mem, h.dtype), h], axis=1)
-        core = self._core(cat, pos_emb, ef_diff, seed, bool(training))
-        out_h = self._post_attention(h, core.merge(core.attend(core.queries(h), content_blocked, 1)), seed, 2)
+        keys = self.keys(cat, inputs)
+        out_h = self.output(h, self.attend(self.project(h, self.q), keys, inputs.content_blocked, inputs, 1),
+                            inputs, 2)
         if g is None:
             return out_h, None
-        q_g = core.queries(g)
-        if target_mapping is None:
-            vec_g = core.attend(q_g, query_blocked, 5)
-        else:  # attend at the target positions, then gather the targets' rows
-            tm = tf.cast(target_mapping, h.dtype)
-            rows = core.layout.replace("s", "m")
-            at_pos = core.layout.replace("s", "l")
-            vec_g = core.attend(tf.einsum(f"{rows},bml->{at_pos}", q_g, tm), query_blocked, 5)
-            vec_g = tf.einsum(f"{at_pos},bml->{rows}", vec_g, tm)
-        return out_h, self._post_attention(g, core.merge(vec_g), seed, 6)
+        q_g, tm = self.project(g, self.q), inputs.target_mapping
+        if tm is None:
+            vec_g = self.attend(q_g, keys, inputs.query_blocked, inputs, 5)
+        else:  # the query rows attend at their target positions: [b, m, .] -> [b, q, .], then back
+            vec_g = tf.matmul(tm, self.attend(tf.matmul(tm, q_g, transpose_a=True), keys, inputs.query_blocked,
+                                              inputs, 5))
+        return out_h, self.output(g, vec_g, inputs, 6)
+
+    def keys(self, cat, inputs: LayerInputs):
+        """The keys, values and projected positional encodings of this call (shared by both streams): the
+        graph's k, v [b, n, k, h] and kr [pb, n, r, h], or the kernels' (``fused_attention.keys``)."""
+        if inputs.accel.kernel is not None:
+            return fused_attention.keys(self, cat, inputs)
+        return (self.split_heads(self.project(cat, self.k)), self.split_heads(self.project(cat, self.v)),
+                self.split_heads(self.positional_rows(inputs.pos_emb, cat.dtype)))
+
+    def attend(self, q, keys, blocked, inputs: LayerInputs, salt: int):
+        """Queries [b, s, n*h] over ``keys`` -> [b, s, n*h]: ``rel_attn_core``, in query chunks when chosen,
+        or the kernels."""
+        if inputs.accel.kernel is not None:
+            return fused_attention.attend(self, q, keys, blocked, inputs, salt)
+        k, v, kr = keys
+        r_w, r_r, r_s, seg_embed = self.biases()
+
+        def core(q, kr, ef_diff, blocked, salt):
+            return rel_attn_core(q, k, v, kr, r_w, r_r, r_s, seg_embed, ef_diff, blocked, self.scale,
+                                 self.config.dropatt, inputs.seed, salt, inputs.accel.ops)
+
+        vec = chunks.attend(core, self.split_heads(q), tf.shape(k)[2], kr, inputs.ef_diff, blocked, salt,
+                            inputs.accel.chunk)
+        return self.merge_heads(vec)
+
+    def output(self, x, vec, inputs: LayerInputs, salt: int):
+        """vec [b, s, n*h] -> output projection, dropout, residual, LayerNorm: [b, s, d]."""
+        c = self.config
+        return inputs.accel.ops.dropout_add_layer_norm(self.project(vec, self.o, transpose=True), x, self.ln_gamma,
+                                                       self.ln_beta, c.layer_norm_eps, c.dropout, inputs.seed, salt)

@@ -6,14 +6,14 @@ from typing import Dict, Optional
 
 import keras
 
-from xlnet_tf.attention import RelativeAttention
+from xlnet_tf.attention import LayerInputs, RelativeAttention
 from xlnet_tf.feedforward import FeedForward
 
 
 class XLNetBlock(keras.layers.Layer):
-    """``call(h, g, mem, pos_emb, ef_diff, content_blocked, query_blocked, target_mapping, seed)`` -> (h, g):
-    the arguments of ``RelativeAttention.call``; g (the query stream) stays None when given None. Dropout salts:
-    attention 1, 2 (content) and 5, 6 (query stream); feed-forward 3, 4 and 7, 8."""
+    """``call(h, g, mem, inputs)`` -> (h, g): h [b, q, d] the content stream, g [b, m, d] the query stream (stays
+    None when given None), mem [b, mlen, d] or None, inputs the forward pass's ``LayerInputs`` with this block's
+    seed. Dropout salts: attention 1, 2 (content) and 5, 6 (query stream); feed-forward 3, 4 and 7, 8."""
 
     def __init__(self, config, index: int, shared_biases: Optional[Dict] = None, **kwargs):
         super().__init__(name=f"layer_{index}", **kwargs)
@@ -24,8 +24,8 @@ class XLNetBlock(keras.layers.Layer):
             self.ff = FeedForward(config, dtype=self.dtype_policy)
         self.built = True
 
-    def call(self, h, g, mem, pos_emb, ef_diff, content_blocked, query_blocked, target_mapping, seed=None,
-             training=False):
-        h, g = self.rel_attn(h, g, mem, pos_emb, ef_diff, content_blocked, query_blocked, target_mapping, seed=seed,
-                             training=training)
-        return self.ff(h, seed=seed, salt=3), (None if g is None else self.ff(g, seed=seed, salt=7))
+    def call(self, h, g, mem, inputs: LayerInputs):
+        h, g = self.rel_attn(h, g, mem, inputs=inputs)
+        seed, ops = inputs.seed, inputs.accel.ops
+        h = self.ff(h, seed=seed, ops=ops, salt=3)
+        return h, (None if g is None else self.ff(g, seed=seed, ops=ops, salt=7))

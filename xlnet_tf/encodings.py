@@ -13,7 +13,7 @@ from typing import NamedTuple
 import keras
 import tensorflow as tf
 
-from xlnet_tf import accel
+from xlnet_tf.ops import PLAIN, OpsTable
 
 
 def relative_distances(qlen, klen, attn_type: str, bi_data: bool, clamp_len: int) -> tf.Tensor:
@@ -71,7 +71,7 @@ def positional_basis(qlen, klen, d_model: int, attn_type: str, bi_data: bool, cl
 class RelativePositionalEncoding(keras.layers.Layer):
     """The relative positional encodings of one forward pass, for every block.
 
-    ``call(qlen, klen, batch, seed)``: without dropout on them (inference, or rate 0) a ``PositionalBasis``;
+    ``call(qlen, klen, batch, seed, ops)``: without dropout on them (inference, or rate 0) a ``PositionalBasis``;
     in training [pb, rlen, d_model] after dropout, where ``pos_dropout="per_example"`` (the original: the
     encodings are tiled over the batch, then dropped) gives each example its own mask (pb = batch) and
     ``"shared"`` one mask for the batch.
@@ -82,7 +82,7 @@ class RelativePositionalEncoding(keras.layers.Layer):
         self.config = config
         self.built = True
 
-    def call(self, qlen, klen, batch, seed=None):
+    def call(self, qlen, klen, batch, seed=None, ops: OpsTable = PLAIN):
         c = self.config
         positions = (qlen, klen, c.d_model, c.attn_type, c.bi_data, c.clamp_len)
         if seed is None or c.dropout <= 0:
@@ -90,13 +90,12 @@ class RelativePositionalEncoding(keras.layers.Layer):
         pos_emb = relative_positional_encoding(*positions, dtype=self.compute_dtype)  # [pb, r, d]
         if c.pos_dropout == "per_example":
             pos_emb = tf.repeat(pos_emb, batch // tf.shape(pos_emb)[0], axis=0)  # [b, r, d]
-        return accel.ops_table(c.accelerations).dropout(pos_emb, c.dropout, seed, 3)
+        return ops.dropout(pos_emb, c.dropout, seed, 3)
 
 
 class SegmentEncoding(keras.layers.Layer):
-    """One block's relative segment encoding: ``call(q_s)`` scores the segment-biased queries
-    (q + r_s) / sqrt(d_head), [b, n, q, h], against the two encodings: [b, n, q, 2] (same, different), which
-    ``ops.attention_scores`` adds per key as ``segment_diff`` says."""
+    """One block's relative segment encoding, ``seg_embed`` [2, n_head, d_head]: the two learned vectors
+    (same segment, different segment) that ``attention.rel_attn_core`` scores the segment-biased queries against."""
 
     def __init__(self, config, **kwargs):
         super().__init__(name="segment_encoding", **kwargs)
@@ -107,7 +106,3 @@ class SegmentEncoding(keras.layers.Layer):
 
     def weight_roles(self):
         return [(self.seg_embed, "segment_embedding")]
-
-    def call(self, q_s):
-        seg = tf.transpose(tf.cast(self.seg_embed, q_s.dtype), [1, 2, 0])  # [n, h, 2]
-        return tf.matmul(q_s, seg)

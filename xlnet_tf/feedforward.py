@@ -5,12 +5,11 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from xlnet_tf import accel
-from xlnet_tf.ops import activation_fn, gelu_tanh
+from xlnet_tf.ops import OpsTable, activation_fn, gelu_tanh
 
 
 class FeedForward(keras.layers.Layer):
-    """``call(x, seed, salt)``, x [b, s, d_model]: dropout salt ``salt`` after the activation and ``salt + 1``
+    """``call(x, seed, ops, salt)``, x [b, s, d_model], ``ops`` the forward pass's ops table: dropout salt ``salt`` after the activation and ``salt + 1``
     before the residual. Weights as in the checkpoint: layer_1 [d_model, d_inner] + bias, layer_2 [d_inner,
     d_model] + bias, a LayerNorm."""
 
@@ -27,16 +26,12 @@ class FeedForward(keras.layers.Layer):
         self.act = activation_fn(c.ff_activation)
         self.built = True
 
-    @property
-    def ops(self):
-        return accel.ops_table(self.config.accelerations)
-
     def weight_roles(self):
         return [(self.layer_1_kernel, "kernel"), (self.layer_2_kernel, "kernel"), (self.layer_1_bias, "bias"),
                 (self.layer_2_bias, "bias"), (self.ln_gamma, "norm"), (self.ln_beta, "norm")]
 
-    def call(self, x, seed=None, salt=0):
-        c, ops = self.config, self.ops
+    def call(self, x, seed, ops: OpsTable, salt: int):
+        c = self.config
         w = lambda v: tf.cast(v, self.compute_dtype)  # noqa: E731
         x2 = tf.reshape(x, [-1, c.d_model])  # 2-D MatMul -> BiasAdd -> GELU: one oneDNN kernel at inference
         h = tf.matmul(x2, w(self.layer_1_kernel))

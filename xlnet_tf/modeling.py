@@ -8,6 +8,7 @@ import keras
 import tensorflow as tf
 
 from xlnet_tf import accel
+from xlnet_tf.attention import LayerInputs
 from xlnet_tf.block import XLNetBlock
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.encodings import RelativePositionalEncoding
@@ -42,8 +43,8 @@ class XLNetModel(keras.Model):
     when ``config.mem_len > 0`` (``mem_padding_mask`` [b, mlen], 1 = real, hides padded memory positions: see
     ``masks.py``); with ``output_hidden_states=True`` also ``hidden_states``: the content stream
     entering block 0 (the embeddings) and leaving each block, n_layer + 1 tensors [b, q, d] (before the output
-    dropout). Mask conventions: see ``xlnet_tf/masks.py``. The run option
-    ``config.accelerate`` chooses the accelerations (``xlnet_tf.accel``).
+    dropout). Mask conventions: see ``xlnet_tf/masks.py``. The run option ``config.accelerate`` names the
+    accelerations; ``accel.choose`` decides once per call which apply (``xlnet_tf.accel``).
     """
 
     def __init__(self, config: XLNetConfig, seed: int = 0, name: str = "xlnet", **kwargs):
@@ -78,11 +79,6 @@ class XLNetModel(keras.Model):
         self.built = True
 
     # ------------------------------------------------------------------ helpers
-    @property
-    def ops(self):
-        """The ops table of the run option ``config.accelerate`` (read when tracing)."""
-        return accel.ops_table(self.config.accelerations)
-
     @property
     def n_layer(self) -> int:
         return self.config.n_layer
@@ -151,23 +147,29 @@ class XLNetModel(keras.Model):
         if c.bi_data:
             tf.debugging.assert_equal(bsz % 2, 0, message="bi_data needs an even batch size")
 
+        dtype = self.compute_dtype
+        pos_dropout = seed is not None and c.dropout > 0
+        choice = accel.choose(c, dtype, training, pos_dropout and c.pos_dropout == "per_example")
         query_blocked, content_blocked = attention_masks(qlen, mlen, bsz, padding_mask, perm_mask,
                                                          c.attn_type, c.same_length,
                                                          mem_padding_mask if mems is not None else None)
-        ef_diff = segment_diff(segment_ids, mlen) if segment_ids is not None else None
-        dtype = self.compute_dtype
-        pos_emb = self.positional_encoding(qlen, klen, bsz, seed=seed)
+        if target_mapping is not None:
+            target_mapping = tf.cast(target_mapping, dtype)
+        inputs = LayerInputs(
+            pos_emb=self.positional_encoding(qlen, klen, bsz, seed=seed, ops=choice.ops),
+            ef_diff=segment_diff(segment_ids, mlen) if segment_ids is not None else None,
+            content_blocked=content_blocked, query_blocked=query_blocked, target_mapping=target_mapping,
+            seed=seed, training=training, accel=choice)
 
         h = tf.gather(tf.cast(self.word_embedding, dtype), input_ids)
         if mask_emb_positions is not None:
             h = tf.where(tf.cast(mask_emb_positions, tf.bool)[..., None], tf.cast(self.mask_emb, dtype), h)
-        h = self.ops.dropout(h, c.dropout, seed, 1)
+        h = choice.ops.dropout(h, c.dropout, seed, 1)
         g = None
         if target_mapping is not None:
-            target_mapping = tf.cast(target_mapping, dtype)
             num_predict = tf.shape(target_mapping)[1]
             g = tf.tile(tf.cast(self.mask_emb, dtype), tf.stack([bsz, num_predict, 1]))
-            g = self.ops.dropout(g, c.dropout, seed, 2)
+            g = choice.ops.dropout(g, c.dropout, seed, 2)
 
         new_mems: List[tf.Tensor] = []
         hidden = [h]
@@ -175,38 +177,28 @@ class XLNetModel(keras.Model):
             mem = mems[i] if mems is not None else None
             if c.mem_len > 0:
                 new_mems.append(self._cache_mem(h, mem))
-            block_seed = None if seed is None else tf.random.experimental.stateless_fold_in(seed, 100 + i)
-            h, g = self._run_block(block, h, g, mem, pos_emb, ef_diff, content_blocked, query_blocked,
-                                   target_mapping, block_seed, training)
+            if c.recompute and training:
+                h, g = self._recomputed(block, h, g, mem, inputs.for_block(i))
+            else:
+                h, g = block(h, g, mem, inputs=inputs.for_block(i))
             hidden.append(h)
 
-        out = {"sequence_output": self.ops.dropout(h, c.dropout, seed, 4)}
+        out = {"sequence_output": choice.ops.dropout(h, c.dropout, seed, 4)}
         if output_hidden_states:
             out["hidden_states"] = hidden
         if g is not None:
-            out["query_output"] = self.ops.dropout(g, c.dropout, seed, 5)
+            out["query_output"] = choice.ops.dropout(g, c.dropout, seed, 5)
         if c.mem_len > 0:
             out["new_mems"] = new_mems
         return out
 
-    def _run_block(self, block, h, g, mem, pos_emb, ef_diff, content_blocked, query_blocked, target_mapping,
-                   seed, training):
-        if not (self.config.recompute and training):
-            return block(h, g, mem, pos_emb, ef_diff, content_blocked, query_blocked, target_mapping, seed=seed,
-                         training=training)
-
-        # Recompute the block's activations in the backward pass; dropout is stateless, so the replay is exact.
-        def fwd_h(h_):
-            return block(h_, None, mem, pos_emb, ef_diff, content_blocked, query_blocked, None, seed=seed,
-                         training=True)[0]
-
-        def fwd_hg(h_, g_):
-            return block(h_, g_, mem, pos_emb, ef_diff, content_blocked, query_blocked, target_mapping, seed=seed,
-                         training=True)
-
+    @staticmethod
+    def _recomputed(block, h, g, mem, inputs):
+        """``block`` with its activations recomputed in the backward pass; dropout is stateless, so the replay
+        is exact."""
         if g is None:
-            return tf.recompute_grad(fwd_h)(h), None
-        return tuple(tf.recompute_grad(fwd_hg)(h, g))
+            return tf.recompute_grad(lambda h_: block(h_, None, mem, inputs=inputs)[0])(h), None
+        return tuple(tf.recompute_grad(lambda h_, g_: block(h_, g_, mem, inputs=inputs))(h, g))
 
     def lm_logits(self, hidden) -> tf.Tensor:
         """[..., d_model] -> [..., n_token] float32: tied to the word embedding plus the checkpoint's lm bias.

@@ -1,8 +1,8 @@
 """The math of XLNet's layers as plain TensorFlow ops: activation, dropout, LayerNorm, relative attention scores.
 
-The layers (``encodings``, ``attention``, ``feedforward``, ``block``) call these through an ops table
-(``PLAIN`` here; ``xlnet_tf.accel.fusions.FUSED`` has the same functions as XLA clusters with hand-written
-gradients). Everything is batch-major ([batch, len, ...]).
+The layers call these through an ops table (``OpsTable``: ``PLAIN`` here; ``xlnet_tf.accel.fusions.FUSED`` has the
+same functions as XLA clusters with hand-written gradients), the one ``xlnet_tf.accel.choose`` picks for a forward
+pass. Everything is batch-major ([batch, len, ...]).
 
 Dropout convention, one for every site: a site's seed is ``stateless_fold_in(seed, salt)``; its keep mask is
 ``bits >= round(rate * 2^32)`` over uint32 bits from XLA's ThreeFry for that seed and the tensor's shape
@@ -14,8 +14,8 @@ the plain and the accelerated ops draw the same masks.
 
 from __future__ import annotations
 
-import types
-from typing import Optional
+import sys
+from typing import Optional, Protocol, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -154,7 +154,26 @@ def rows(x, axis: int, start: int, end: int):
     return tf.slice(x, begin + [0] * (len(x.shape) - axis - 1), size + [-1] * (len(x.shape) - axis - 1))
 
 
-# The ops table the layers call (``xlnet_tf.accel.fusions.FUSED`` has the same names).
-PLAIN = types.SimpleNamespace(
-    name="plain", dropout=dropout, gelu_dropout=gelu_dropout, layer_norm=layer_norm,
-    dropout_add_layer_norm=dropout_add_layer_norm, query_terms=query_terms, attention_probs=attention_probs)
+class OpsTable(Protocol):
+    """The ops the layers call: a module with these names (``PLAIN``, this module; ``xlnet_tf.accel.fusions.FUSED``,
+    the same math as XLA clusters)."""
+    name: str
+
+    def dropout(self, x, rate: float, seed: Optional[tf.Tensor], salt: int) -> tf.Tensor: ...
+
+    def gelu_dropout(self, u, bias, rate: float, seed: Optional[tf.Tensor], salt: int) -> tf.Tensor: ...
+
+    def layer_norm(self, x, gamma, beta, eps: float) -> tf.Tensor: ...
+
+    def dropout_add_layer_norm(self, h, x, gamma, beta, eps: float, rate: float, seed: Optional[tf.Tensor],
+                               salt: int, bias=None) -> tf.Tensor: ...
+
+    def query_terms(self, q, biases: Sequence[tf.Tensor], scale: float) -> Tuple[tf.Tensor, ...]: ...
+
+    def attention_probs(self, ac, bd, ef, ef_diff, blocked, rate: float = 0.0, seed: Optional[tf.Tensor] = None,
+                        salt: int = 0) -> tf.Tensor: ...
+
+
+# The plain table is this module: its functions above have the ``OpsTable`` names.
+name = "plain"
+PLAIN: OpsTable = sys.modules[__name__]

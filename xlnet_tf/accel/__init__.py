@@ -9,27 +9,27 @@ False (the plain TensorFlow ops of ``xlnet_tf.ops`` and the layers only), or a c
 * ``kernels`` (``fused_attention`` and ``kernels/``): a block's whole attention core as compiled CPU ops.
 * ``chunks`` (``chunks``): bidirectional attention computed in query chunks.
 
-Each module's docstring gives its measured gain (PERFORMANCE.md "Accelerations"; ``benchmarks/ab_switches.py``
-measures one against another, e.g. ``config.accelerate=xla+chunks`` against ``base``). Outputs agree
+What applies to a forward pass is decided here and only here, by ``choose`` (called once per
+``XLNetModel.call``; the layers read its ``Choice`` from their inputs). Each module's docstring gives its measured
+gain (PERFORMANCE.md "Accelerations"; ``benchmarks/ab_switches.py`` measures one against another). Outputs agree
 with the plain ops within float32 rounding (tests/test_fused_attention.py holds it).
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import FrozenSet
+import dataclasses
+import logging
+from typing import Optional
 
 import tensorflow as tf
 
 from xlnet_tf import ops
-from xlnet_tf.accel import fusions
+from xlnet_tf.accel import chunks, fusions, kernels
 
-def accelerator_visible() -> bool:
-    """Whether a GPU/TPU is visible (then the graph runs there: the CPU kernels step aside)."""
-    return bool(tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"))
-
-
+_log = logging.getLogger(__name__)
 _portable = False
+_logged = set()
 
 
 @contextlib.contextmanager
@@ -43,10 +43,66 @@ def portable_graph():
         _portable = old
 
 
-def portable() -> bool:
-    return _portable
+def accelerator_visible() -> bool:
+    """Whether a GPU/TPU is visible (then the graph runs there: the CPU kernels step aside)."""
+    return bool(tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"))
 
 
-def ops_table(names: FrozenSet[str]):
-    """The ops the layers call: ``fusions.FUSED`` with ``xla``, else ``xlnet_tf.ops.PLAIN``."""
-    return fusions.FUSED if "xla" in names else ops.PLAIN
+def _in_xla_context() -> bool:
+    try:
+        from tensorflow.python.ops import control_flow_util
+    except ImportError:  # cannot tell: stay on TensorFlow ops
+        return True
+    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """What runs in one forward pass: ``ops`` the elementwise ops; ``kernel`` the compiled attention ops (or
+    None: the graph's attention, in query chunks of ``chunk`` rows when ``chunk`` > 0); ``why`` in one line."""
+    ops: ops.OpsTable
+    kernel: Optional[object]
+    chunk: int
+    why: str
+
+
+def _kernel_refusal(config, dtype, per_example_pos_dropout: bool) -> Optional[str]:
+    """Why the compiled attention may not run in this trace, or None when it may."""
+    if "kernels" not in config.accelerations:
+        return "not selected"
+    if _portable:
+        return "SavedModel tracing (portable_graph)"
+    if tf.as_dtype(dtype) != tf.float32:
+        return f"compute dtype {tf.as_dtype(dtype).name} (float32 only)"
+    if config.d_head % kernels.D_HEAD_MULTIPLE:
+        return f"d_head {config.d_head} is not a multiple of {kernels.D_HEAD_MULTIPLE}"
+    if config.bi_data:
+        return "bi_data"
+    if per_example_pos_dropout:
+        return "per-example positional dropout (each example has its own projected encodings)"
+    if _in_xla_context():
+        return "inside an XLA-compiled function"
+    if accelerator_visible():
+        return "a GPU/TPU is visible"
+    if kernels.load() is None:
+        return kernels.status()
+    return None
+
+
+def choose(config, dtype, training: bool, per_example_pos_dropout: bool) -> Choice:
+    """The accelerations of one forward pass: ``config.accelerations`` less what cannot apply to this trace
+    (compute ``dtype``; ``per_example_pos_dropout``: dropout on the encodings with a mask per example). Logged
+    once per trace (once per distinct choice when eager)."""
+    names = config.accelerations
+    table = fusions.FUSED if "xla" in names else ops.PLAIN
+    chunk = chunks.CHUNK if "chunks" in names and config.attn_type == "bi" else 0
+    refusal = _kernel_refusal(config, dtype, per_example_pos_dropout)
+    kernel = kernels.load() if refusal is None else None
+    attention = (f"kernels ({'training' if training else 'inference'} ops)" if kernel is not None
+                 else f"graph (no kernels: {refusal})")
+    rows = f"query chunks of {chunk} rows (from {2 * chunk} rows on)" if chunk else "one piece"
+    why = f"ops {table.name}; attention {attention}, {rows}"
+    if not tf.executing_eagerly() or why not in _logged:
+        _logged.add(why)
+        _log.info("xlnet_tf accelerations: %s", why)
+    return Choice(table, kernel, chunk, why)

@@ -35,31 +35,18 @@ def chunk_salt(salt: int, index: int) -> int:
     return salt if index == 0 else salt + 1000 * index
 
 
-class ChunkedCore:
-    """A graph attention core (``attention.GraphCore``) that attends in query chunks."""
-
-    def __init__(self, core, chunk: int):
-        self.core, self.chunk, self.layout = core, chunk, core.layout
-
-    def queries(self, x):
-        return self.core.queries(x)
-
-    def merge(self, vec):
-        return self.core.merge(vec)
-
-    def attend(self, q, blocked, salt):
-        qlen = q.shape[2]
-        spans = query_chunks(qlen, self.chunk)
-        core = self.core
-        if spans is None:
-            return core.attend(q, blocked, salt)
-        klen = tf.shape(core.k)[2]
-        outs = []
-        for c, (i0, i1) in enumerate(spans):
-            # Rows i0..i1-1 read positional encodings qlen - i1 .. qlen - i1 + klen + (i1 - i0) - 1.
-            kr = tf.slice(core.kr, tf.stack([0, 0, qlen - i1, 0]), tf.stack([-1, -1, klen + (i1 - i0), -1]))
-            outs.append(core.attend_part(rows(q, 2, i0, i1), kr,
-                                         None if core.ef_diff is None else rows(core.ef_diff, 1, i0, i1),
-                                         None if blocked is None else rows(blocked, 1, i0, i1),
-                                         chunk_salt(salt, c)))
-        return tf.concat(outs, axis=2)
+def attend(core, q, klen, kr, ef_diff, blocked, salt: int, chunk: int):
+    """``core(q, kr, ef_diff, blocked, salt)`` (``attention.rel_attn_core`` over a block's keys and values) for
+    queries q [b, n, q, h], in query chunks of about ``chunk`` rows when the query length allows, else in one piece:
+    [b, n, q, h]. kr: [pb, n, r, h]; ef_diff, blocked: [b|1, q, klen] or None."""
+    qlen = q.shape[2]
+    spans = query_chunks(qlen, chunk)
+    if spans is None:
+        return core(q, kr, ef_diff, blocked, salt)
+    outs = []
+    for c, (i0, i1) in enumerate(spans):
+        # Rows i0..i1-1 read positional encodings qlen - i1 .. qlen - i1 + klen + (i1 - i0) - 1.
+        kr_c = tf.slice(kr, tf.stack([0, 0, qlen - i1, 0]), tf.stack([-1, -1, klen + (i1 - i0), -1]))
+        outs.append(core(rows(q, 2, i0, i1), kr_c, None if ef_diff is None else rows(ef_diff, 1, i0, i1),
+                         None if blocked is None else rows(blocked, 1, i0, i1), chunk_salt(salt, c)))
+    return tf.concat(outs, axis=2)

@@ -14,7 +14,7 @@ XLNet-Base): 1.04x per training step at 8x128 and 1.05x at 2x512 inference; neut
 from __future__ import annotations
 
 import math
-import types
+import sys
 from typing import Optional
 
 import tensorflow as tf
@@ -253,6 +253,6 @@ def attention_probs(ac, bd, ef, ef_diff, blocked, rate: float = 0.0, seed: Optio
     return f(ac, bd, *(() if ef is None else (ef,)))
 
 
-FUSED = types.SimpleNamespace(
-    name="xla", dropout=dropout, gelu_dropout=gelu_dropout, layer_norm=layer_norm,
-    dropout_add_layer_norm=dropout_add_layer_norm, query_terms=query_terms, attention_probs=attention_probs)
+# The fused table is this module: its functions above have the ``ops.OpsTable`` names.
+name = "xla"
+FUSED: ops.OpsTable = sys.modules[__name__]
