@@ -1,4 +1,4 @@
-"""Shared test fixtures: where the real data lives, and quiet TensorFlow logs."""
+"""Shared test fixtures: where the real data lives, quiet TensorFlow logs, and the test tiers (pytest.ini)."""
 
 import os
 
@@ -17,3 +17,11 @@ def shared_path(*parts: str) -> str:
     if not os.path.exists(path):
         pytest.skip(f"real data not available: {path} (set SHARED_DATA to the folder holding it)")
     return path
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: ``-m "not slow"`` then leaves the outcome tests out too
+def pytest_collection_modifyitems(items):
+    """An outcome test (trains to an accuracy floor) is a slow test: one mechanism, no second marker to forget."""
+    for item in items:
+        if item.get_closest_marker("outcome") and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)

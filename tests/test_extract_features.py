@@ -11,6 +11,8 @@ import tensorflow as tf
 
 from tests.conftest import REPO, SHARED
 
+pytestmark = pytest.mark.slow  # every test here runs a CLI or a subprocess
+
 SPM = os.path.join(SHARED, "spiece", "spiece.model")  # the fixture skips the tests when it is absent
 TINY = dict(n_layer=3, d_model=32, n_head=2, d_head=16, d_inner=64, ff_activation="gelu", untie_r=True,
             n_token=32000)

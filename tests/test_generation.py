@@ -100,6 +100,7 @@ def pretrained(tmp_path_factory):
         proc.communicate()
 
 
+@pytest.mark.slow
 def test_start_pretraining(pretrained):
     assert pretrained["proc"].pid
 
@@ -193,6 +194,7 @@ def own_to_hf_state_dict(model):
     return state
 
 
+@pytest.mark.slow
 def test_greedy_equals_hf_on_a_pretrained_model(pretrained):
     proc = pretrained["proc"]
     _, err = proc.communicate(timeout=600)
@@ -219,6 +221,7 @@ def cli(args, timeout=600):
                           capture_output=True, text=True, timeout=timeout, env=_env())
 
 
+@pytest.mark.slow
 def test_cli_writes_jsonl_equal_to_the_library(hf_dir, gen, spm, prompts, tmp_path):
     texts, ids = prompts
     inp = tmp_path / "prompts.txt"
@@ -246,6 +249,7 @@ def test_cli_writes_jsonl_equal_to_the_library(hf_dir, gen, spm, prompts, tmp_pa
     assert row["generated_ids"] != gen.generate([ids[5]], GenerationOptions(**dict(sampled, seed=8)))[0]
 
 
+@pytest.mark.slow
 def test_cli_refuses_bad_input(hf_dir, spm, tmp_path):
     base = [f"--init_checkpoint={hf_dir}", f"--spiece_model_file={spm}", "--max_new_tokens=2"]
     empty = tmp_path / "empty.txt"
@@ -283,6 +287,7 @@ print(json.dumps({"text": [t.decode("utf-8") for t in out["text"].numpy()],
 """
 
 
+@pytest.mark.slow
 def test_export_answers_text_in_a_fresh_process(gen, spm, prompts, tmp_path):
     from xlnet_tf.generation import export_generator
 

@@ -118,6 +118,7 @@ def test_backbone_loads_into_xlnet_model_and_lm_head_model_with_the_same_outputs
         assert getattr(back.config, key) == getattr(ours.config, key), key
 
 
+@pytest.mark.slow
 def test_convert_cli_to_huggingface_and_refusals(sst2, tmp_path):
     ours = XLNetModel(XLNetConfig(**TINY), seed=0)
     ours(sst2["input_ids"][:1])
@@ -246,6 +247,7 @@ def test_heads_huggingface_lacks_are_refused_in_one_line(head, named):
 
 
 # ---------------------------------------------------------------------------------------------- a run's export
+@pytest.mark.slow
 def test_run_classifier_export_huggingface_gives_the_runs_predictions(glue, tokenizer, tmp_path):  # noqa: F811
     """A tiny SST-2 run (4 steps) writes its model for transformers with --export_huggingface; HF's logits on the
     run's dev rows equal those of the run's checkpoint; an export-only rerun on the finished run writes the same

@@ -246,6 +246,7 @@ def test_cli_table_and_json(capsys, tmp_path):
     assert "error" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_cli_subprocess():
     proc = subprocess.run([sys.executable, "-m", "xlnet_tf.memory", "--config=large", "--seq_len=512", "--batch=1",
                            "--precision=float32", "--optimizer=adamw", "--head=none"], cwd=ROOT, capture_output=True,

@@ -264,6 +264,7 @@ def test_bf16_classifier_gives_the_float32_label_on_sst2_dev(sst2, sst2_classifi
 EXPORT_PROB_TOL = 1e-2
 
 
+@pytest.mark.slow
 def test_bf16_export_serves_the_float32_label_from_raw_text(sst2, sst2_classifier, tmp_path):
     """``FineTuner.model_for_inference(precision=...)`` (the runner's export path, ``--export_precision``): a
     float32 and a bfloat16 export of the same trained classifier, loaded in a fresh process with only

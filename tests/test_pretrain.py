@@ -330,6 +330,7 @@ def test_save_backbone_has_finetuning_config(work, tmp_path):
     assert model.config.mem_len == MEM  # the model's own config is untouched
 
 
+@pytest.mark.slow
 def test_mirrored_strategy_matches_default(background):
     out, err = background.result("mirrored")
     lines = [l for l in out.splitlines() if l.startswith("REPORT ")]
@@ -343,6 +344,7 @@ def test_mirrored_strategy_matches_default(background):
     assert rep["restore"] == 0.0
 
 
+@pytest.mark.slow
 def test_cli_smoke_and_backbone_loads_into_task_model(background):
     from heads.classification import ClassificationHead
     from xlnet_tf.config import XLNetConfig
@@ -369,6 +371,7 @@ def test_cli_smoke_and_backbone_loads_into_task_model(background):
     assert ckpt.get_tensor("model/lm_loss/bias").any()  # the trained LM bias is saved too
 
 
+@pytest.mark.slow
 def test_finetuning_with_the_other_casing_is_refused(background):
     """The pretrained directory records the tokenizer's casing; fine-tuning it with the other casing would turn
     capitals into <unk> silently, so run_common refuses it before any work (and accepts the same casing)."""

@@ -72,6 +72,7 @@ def test_data_is_deterministic_and_disjoint(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------- the smoke run
+@pytest.mark.slow
 def test_artefacts_exist(smoke):
     out, stdout = smoke
     for rel in ("data/train.tsv", "data/dev.tsv", "data/test.tsv", "data/corpus.txt", "tokenizer/spiece.model",
@@ -91,6 +92,7 @@ def test_artefacts_exist(smoke):
     assert "Summary" in stdout and "vs majority baseline" in stdout
 
 
+@pytest.mark.slow
 def test_eval_results_well_formed(smoke):
     out, _ = smoke
     with open(os.path.join(out, "run", "eval_results.json")) as f:
@@ -109,6 +111,7 @@ def test_eval_results_well_formed(smoke):
     assert 0.0 < summary["dev_majority_baseline"] < 1.0
 
 
+@pytest.mark.slow
 def test_fresh_process_answer(smoke):
     out, stdout = smoke
     with open(os.path.join(out, "serving_check.json")) as f:
@@ -146,6 +149,7 @@ def test_full_demo_learns(tmp_path):
     assert "health      learning" in proc.stdout
 
 
+@pytest.mark.slow
 def test_rerun_reuses_everything(smoke):
     out, _ = smoke
     stdout = run_quickstart(out)

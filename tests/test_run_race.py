@@ -61,6 +61,7 @@ def race_run(tmp_path_factory):
     return root, out, export
 
 
+@pytest.mark.slow
 def test_eval_results_and_loss_falls(race_run):
     _, out, _ = race_run
     res = json.loads((out / "eval_results.json").read_text())
@@ -91,6 +92,7 @@ def _python_features(tokenizer, examples, max_seq_length, max_qa_length):
     return {k: np.stack([f[k] for f in feats]) for k in ("input_ids", "segment_ids", "padding_mask")}
 
 
+@pytest.mark.slow
 def test_export_fresh_process_matches_in_process_model(race_run, tokenizer, dev_examples, tmp_path):
     import tensorflow as tf
 

@@ -263,6 +263,7 @@ def _report(proc, timeout):
     return json.loads(lines[-1][len("REPORT "):])
 
 
+@pytest.mark.slow
 def test_mirrored_strategy_matches_default():
     """2 logical CPUs: same weights as the default strategy (with accumulation, layer-wise LR, weight decay),
     predict with a partial last batch, exact resume in "skip" mode, and a clear error without a TPU."""
@@ -287,6 +288,7 @@ def _free_ports(n):
             s.close()
 
 
+@pytest.mark.slow
 def test_multi_worker_mirrored_two_local_workers(tmp_path):
     try:
         ports = _free_ports(2)
