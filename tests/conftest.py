@@ -19,6 +19,15 @@ def shared_path(*parts: str) -> str:
     return path
 
 
+def tiny(**overrides) -> dict:
+    """The suite's one tiny model, as the shape keys of a config json: the library's ``tiny`` preset (2 layers,
+    d_model 64, gelu, untied biases, the 32,000-piece vocabulary) with ``overrides`` (narrower, fewer layers, a
+    smaller vocabulary, run options). Imports no TensorFlow."""
+    from xlnet_tf.config import XLNetConfig
+
+    return dict(XLNetConfig.preset("tiny").to_original_dict(), **overrides)
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects: ``-m "not slow"`` then leaves the outcome tests out too
 def pytest_collection_modifyitems(items):
     """An outcome test (trains to an accuracy floor) is a slow test: one mechanism, no second marker to forget."""

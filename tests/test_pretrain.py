@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.conftest import tiny
 from tests.subprocess_util import finish
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -64,8 +65,8 @@ def make_workdir(d: str) -> dict:
 def tiny_config(**kw):
     from xlnet_tf.config import XLNetConfig
 
-    base = dict(n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=32, n_token=60, dropout=0.0, dropatt=0.0,
-                mem_len=MEM, reuse_len=REUSE, bi_data=True)
+    base = tiny(d_model=16, d_head=8, d_inner=32, n_token=60, dropout=0.0, dropatt=0.0, mem_len=MEM, reuse_len=REUSE,
+                bi_data=True)
     base.update(kw)
     return XLNetConfig(**base)
 

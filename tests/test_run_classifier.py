@@ -12,13 +12,12 @@ import time
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, shared_path
+from tests.conftest import REPO, shared_path, tiny
 from tests.subprocess_util import run_like_a_server
 
 pytestmark = pytest.mark.slow  # every test here runs a CLI or a subprocess
 
-TINY = {"n_layer": 2, "d_model": 64, "n_head": 2, "d_head": 32, "d_inner": 128, "ff_activation": "gelu",
-        "untie_r": True, "n_token": 32000}
+TINY = tiny()
 
 
 def run_cli(script, args, timeout=900, check=True):

@@ -12,10 +12,9 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, shared_path
+from tests.conftest import REPO, shared_path, tiny
 
-TINY = {"n_layer": 2, "d_model": 32, "n_head": 2, "d_head": 16, "d_inner": 64, "ff_activation": "gelu",
-        "untie_r": True, "n_token": 32000}
+TINY = tiny(d_model=32, d_head=16, d_inner=64)
 L, QA = 64, 16
 STEPS, TRAIN_N, EVAL_N = 60, 32, 96
 

@@ -17,10 +17,9 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, shared_path
+from tests.conftest import REPO, shared_path, tiny
 
-TINY = {"n_layer": 2, "d_model": 64, "n_head": 2, "d_head": 32, "d_inner": 128, "ff_activation": "gelu",
-        "untie_r": True, "n_token": 32000}
+TINY = tiny()
 L, QLEN, STRIDE = 128, 32, 64
 V2_KEYS = {"exact", "f1", "total", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1", "best_exact",
            "best_exact_thresh", "best_f1", "best_f1_thresh"}
