@@ -19,6 +19,15 @@ def shared_path(*parts: str) -> str:
     return path
 
 
+def start_early(request, fixture: str) -> None:
+    """From a module's autouse fixture: sets up ``fixture`` (one that starts a background process) before the
+    module's first test when a selected test of the module needs it, so the process runs while the in-process
+    tests do; a selection without such a test starts nothing, and no test depends on another's order."""
+    if any(fixture in item.fixturenames for item in request.session.items
+           if getattr(item, "module", None) is request.module):
+        request.getfixturevalue(fixture)
+
+
 def tiny(**overrides) -> dict:
     """The suite's one tiny model, as the shape keys of a config json: the library's ``tiny`` preset (2 layers,
     d_model 64, gelu, untied biases, the 32,000-piece vocabulary) with ``overrides`` (narrower, fewer layers, a

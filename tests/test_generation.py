@@ -20,7 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from tests.conftest import shared_path  # noqa: E402
+from tests.conftest import shared_path, start_early  # noqa: E402
 from tests.test_run_safety import error_line  # noqa: E402
 from xlnet_tf import XLNetModel, XLNetTokenizer  # noqa: E402
 from xlnet_tf.generation import GenerationOptions, Generator, left_pad, next_token_logits  # noqa: E402
@@ -100,9 +100,9 @@ def pretrained(tmp_path_factory):
         proc.communicate()
 
 
-@pytest.mark.slow
-def test_start_pretraining(pretrained):
-    assert pretrained["proc"].pid
+@pytest.fixture(scope="module", autouse=True)
+def _start_pretraining(request):
+    start_early(request, "pretrained")
 
 
 # ------------------------------------------------------------------------------------------ equality with HF

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.conftest import tiny
+from tests.conftest import start_early, tiny
 from tests.subprocess_util import finish
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -206,11 +206,7 @@ def background(work, tmp_path_factory):
 
 @pytest.fixture(scope="module", autouse=True)
 def _start_background(request):
-    """Starts the subprocesses before the module's first test when a selected test needs them, so they run while
-    the in-process tests do; no test depends on another's order (a selection without them starts nothing)."""
-    if any("background" in item.fixturenames for item in request.session.items
-           if getattr(item, "module", None) is request.module):
-        request.getfixturevalue("background")
+    start_early(request, "background")
 
 
 def _expected_mems(model, features, prev):
