@@ -97,6 +97,7 @@ def test_mixed_precision_masks_do_not_overflow(policy):
         keras.mixed_precision.set_global_policy("float32")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chunk", [0, 3])
 def test_recompute_same_loss_and_gradients(chunk, monkeypatch):
     monkeypatch.setattr(chunks, "CHUNK", chunk)  # 3: the 7 queries run as two chunks (3 + 4 rows)
@@ -250,6 +251,7 @@ def test_query_chunks_bounds():
     assert chunks.query_chunks(13, 3) == [(0, 3), (3, 6), (6, 9), (9, 13)]
 
 
+@pytest.mark.slow
 def test_query_chunks_same_outputs_and_gradients(monkeypatch):
     """Attention in query chunks (mems, padding, segments, two streams, bi_data) == attention in one piece."""
     rng = np.random.default_rng(5)

@@ -106,6 +106,7 @@ def _start_pretraining(request):
 
 
 # ------------------------------------------------------------------------------------------ equality with HF
+@pytest.mark.slow
 def test_greedy_equals_hf_on_20_real_prompts(hf, gen, prompts):
     _, ids = prompts
     lengths = [len(p) for p in ids]
@@ -142,6 +143,7 @@ def test_memory_length_and_eos_as_hf(hf, gen, prompts):
         assert row[:len(r)] == r and all(t == 5 for t in row[len(r):])
 
 
+@pytest.mark.slow
 def test_sampling_is_reproducible(gen, prompts):
     _, ids = prompts
     few = ids[:4]

@@ -75,6 +75,7 @@ def _task_model(cfg, head):
     return model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hidden", [(), (48, 32)])
 def test_classification_head_count(hidden):
     from heads.classification import ClassificationHead

@@ -226,6 +226,7 @@ def _expected_mems(model, features, prev):
     return [np.concatenate([p, h[:, :REUSE]], axis=1)[:, -MEM:] for p, h in zip(prev, (emb, h1))]
 
 
+@pytest.mark.slow
 def test_memory_is_carried_as_cache_mem(work, tmp_path):
     from xlnet_tf.pretrain_model import PretrainModel
 
@@ -259,6 +260,7 @@ def test_memory_is_carried_as_cache_mem(work, tmp_path):
         np.testing.assert_allclose(got, want, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_loop_loss_memory_and_learning(work):
     """One loop step: its loss is the original's token-weighted Σ CE·mask / Σ mask of the batch and it fills
     the memory; then the loss falls over 40 steps and the held-out PLM loss improves."""
@@ -386,6 +388,7 @@ def test_finetuning_with_the_other_casing_is_refused(background):
 
 
 
+@pytest.mark.slow
 def test_pretrained_backbone_round_trips_into_the_finetuning_run(work, tmp_path):
     """Pretrain a few steps, save, and build the fine-tuning run's model the way run_classifier.py does
     (config from the checkpoint with the run's dropout, FineTuner.build_model inside the training loop): every
@@ -424,6 +427,7 @@ def test_pretrained_backbone_round_trips_into_the_finetuning_run(work, tmp_path)
     assert {id(v) for v in fine.model.head.weights} == {id(v) for v in fine.model.weights} - backbone_ids
 
 
+@pytest.mark.slow
 def test_mlm_objective_learns_on_real_text(tmp_path):
     """--objective=mlm's model on WikiText records: the loop's loss is Σ CE·mask / Σ mask over the selected
     pieces, read from the content stream (no query stream), and the held-out masked-LM loss falls."""

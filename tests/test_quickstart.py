@@ -54,6 +54,7 @@ def test_sentence_splitting():
     assert list(quickstart.paragraphs(doc)) == ["Summary line.", "Prose paragraph over two lines."]
 
 
+@pytest.mark.slow
 def test_data_is_deterministic_and_disjoint(tmp_path):
     a = quickstart.build_data(str(tmp_path / "a"), quickstart.PACKAGES, 40, "packages")
     b = quickstart.build_data(str(tmp_path / "b"), quickstart.PACKAGES, 40, "packages")

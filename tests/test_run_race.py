@@ -152,6 +152,7 @@ def test_fill_blanks_is_python_replace():
     assert got == [qa_text(q, o) for q, o in zip(qs, opts)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("max_seq_length,max_qa_length", [(64, 16), (512, 128)])
 def test_in_graph_features_equal_python(tokenizer, dev_examples, max_seq_length, max_qa_length):
     import tensorflow as tf
