@@ -86,6 +86,7 @@ def test_classification_head_count(hidden):
 
 
 @pytest.mark.parametrize("hidden,answer", [((), ()), ((48, 40), (24,))])
+@pytest.mark.slow
 def test_squad_head_count(hidden, answer):
     from heads.squad import SquadHead
 
@@ -95,6 +96,7 @@ def test_squad_head_count(hidden, answer):
                                                                     answer_class_hidden_sizes=answer)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ntl", [None, 0, 1, 2])
 def test_trainable_subset_equals_trainer_selection(ntl):
     from heads.classification import ClassificationHead

@@ -227,6 +227,7 @@ def test_float16_overflow_skips_update():
     assert float(tr.outer_optimizer.dynamic_scale.numpy()) == 2.0 ** 99
 
 
+@pytest.mark.slow
 def test_predict_default_strategy():
     model = make_model()()
     data = {k: v[:10] for k, v in toy_data().items()}
