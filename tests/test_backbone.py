@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.conftest import tiny
 from xlnet_tf import XLNetConfig, XLNetModel, accel, block, encodings, ops
 from xlnet_tf.accel import chunks, fusions
 
-TINY = dict(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64, n_token=60)
+TINY = tiny(d_model=32, d_head=16, d_inner=64, n_token=60)
 
 
 def test_config_reads_original_hf_and_own(tmp_path):
@@ -35,7 +36,7 @@ def test_config_reads_original_hf_and_own(tmp_path):
 @pytest.mark.parametrize("bad,msg", [({"n_layer": 0}, "n_layer"), ({"attn_type": "full"}, "attn_type"),
                                      ({"ff_activation": "swish"}, "ff_activation"), ({"dropout": 1.5}, "dropout")])
 def test_config_errors_name_the_field(tmp_path, bad, msg):
-    d = {**TINY, "ff_activation": "gelu", "untie_r": True, **bad}
+    d = {**TINY, **bad}
     p = tmp_path / "c.json"
     p.write_text(json.dumps(d))
     with pytest.raises(ValueError, match=msg):
@@ -97,6 +98,7 @@ def test_mixed_precision_masks_do_not_overflow(policy):
         keras.mixed_precision.set_global_policy("float32")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chunk", [0, 3])
 def test_recompute_same_loss_and_gradients(chunk, monkeypatch):
     monkeypatch.setattr(chunks, "CHUNK", chunk)  # 3: the 7 queries run as two chunks (3 + 4 rows)
@@ -269,6 +271,7 @@ def test_query_chunks_bounds():
     assert chunks.query_chunks(13, 3) == [(0, 3), (3, 6), (6, 9), (9, 13)]
 
 
+@pytest.mark.slow
 def test_query_chunks_same_outputs_and_gradients(monkeypatch):
     """Attention in query chunks (mems, padding, segments, two streams, bi_data) == attention in one piece."""
     rng = np.random.default_rng(5)

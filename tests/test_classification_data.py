@@ -100,6 +100,7 @@ def test_glue_contents():
     assert cola.text_a.startswith("Our friends won't buy") and cola.label == "1"
 
 
+@pytest.mark.slow
 @needs_imdb
 def test_imdb_from_tar():
     t = get_task("imdb")

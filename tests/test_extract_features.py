@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.conftest import REPO, SHARED
+from tests.conftest import REPO, SHARED, tiny
+
+pytestmark = pytest.mark.slow  # every test here runs a CLI or a subprocess
 
 SPM = os.path.join(SHARED, "spiece", "spiece.model")  # the fixture skips the tests when it is absent
-TINY = dict(n_layer=3, d_model=32, n_head=2, d_head=16, d_inner=64, ff_activation="gelu", untie_r=True,
-            n_token=32000)
+TINY = tiny(n_layer=3, d_model=32, d_head=16, d_inner=64)
 TEXTS = ["A gripping, beautifully shot film.", "It is long ||| and it is dull, very dull indeed.",
          "Ünïcode and numbers 1,234 too."]
 

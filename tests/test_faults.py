@@ -14,10 +14,11 @@ import time
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, shared_path
+from tests.conftest import REPO, shared_path, tiny
 
-TINY = {"n_layer": 1, "d_model": 16, "n_head": 2, "d_head": 8, "d_inner": 32, "ff_activation": "gelu",
-        "untie_r": True, "n_token": 32000}
+pytestmark = pytest.mark.slow  # every test here runs a CLI or a subprocess
+
+TINY = tiny(n_layer=1, d_model=16, d_head=8, d_inner=32)
 SENTENCES = ["a gripping, beautifully acted film", "dull and far too long"]
 
 

@@ -161,6 +161,7 @@ def test_model_same_outputs_with_and_without_kernel(run, monkeypatch):
         np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 @needs_kernel
 def test_kernel_only_where_it_may_run(monkeypatch):
     """Training uses the training pair of ops (never the inference op, which has no gradient: also with dropout
@@ -269,6 +270,7 @@ def test_saved_models_never_contain_the_kernel(tmp_path, monkeypatch):
     (dict(untie_r=False), 0),                                     # biases shared by the layers
     (dict(two_stream=True), 0), (dict(two_stream=True, mem_len=3), 5),  # query stream: perm_mask, targets
 ])
+@pytest.mark.slow
 @pytest.mark.parametrize("segments", [True, False])
 def test_training_kernels_same_outputs_and_gradients(run, chunk, segments, monkeypatch):
     """A training step through the training kernels (forward + backward op) equals the graph's: outputs and
@@ -395,6 +397,7 @@ def test_training_kernel_errors_name_the_shapes():
 
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("two_stream", [False, True])
 @pytest.mark.parametrize("q,rate", [(300, 0.0), (20, 0.1)])
 def test_accelerate_off_is_the_plain_math_with_the_same_outputs_and_gradients(two_stream, q, rate):

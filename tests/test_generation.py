@@ -20,7 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from tests.conftest import shared_path  # noqa: E402
+from tests.conftest import shared_path, start_early  # noqa: E402
 from tests.test_run_safety import error_line  # noqa: E402
 from xlnet_tf import XLNetModel, XLNetTokenizer  # noqa: E402
 from xlnet_tf.generation import GenerationOptions, Generator, left_pad, next_token_logits  # noqa: E402
@@ -100,11 +100,13 @@ def pretrained(tmp_path_factory):
         proc.communicate()
 
 
-def test_start_pretraining(pretrained):
-    assert pretrained["proc"].pid
+@pytest.fixture(scope="module", autouse=True)
+def _start_pretraining(request):
+    start_early(request, "pretrained")
 
 
 # ------------------------------------------------------------------------------------------ equality with HF
+@pytest.mark.slow
 def test_greedy_equals_hf_on_20_real_prompts(hf, gen, prompts):
     _, ids = prompts
     lengths = [len(p) for p in ids]
@@ -141,6 +143,7 @@ def test_memory_length_and_eos_as_hf(hf, gen, prompts):
         assert row[:len(r)] == r and all(t == 5 for t in row[len(r):])
 
 
+@pytest.mark.slow
 def test_sampling_is_reproducible(gen, prompts):
     _, ids = prompts
     few = ids[:4]
@@ -193,6 +196,7 @@ def own_to_hf_state_dict(model):
     return state
 
 
+@pytest.mark.slow
 def test_greedy_equals_hf_on_a_pretrained_model(pretrained):
     proc = pretrained["proc"]
     _, err = proc.communicate(timeout=600)
@@ -219,6 +223,7 @@ def cli(args, timeout=600):
                           capture_output=True, text=True, timeout=timeout, env=_env())
 
 
+@pytest.mark.slow
 def test_cli_writes_jsonl_equal_to_the_library(hf_dir, gen, spm, prompts, tmp_path):
     texts, ids = prompts
     inp = tmp_path / "prompts.txt"
@@ -246,6 +251,7 @@ def test_cli_writes_jsonl_equal_to_the_library(hf_dir, gen, spm, prompts, tmp_pa
     assert row["generated_ids"] != gen.generate([ids[5]], GenerationOptions(**dict(sampled, seed=8)))[0]
 
 
+@pytest.mark.slow
 def test_cli_refuses_bad_input(hf_dir, spm, tmp_path):
     base = [f"--init_checkpoint={hf_dir}", f"--spiece_model_file={spm}", "--max_new_tokens=2"]
     empty = tmp_path / "empty.txt"
@@ -283,6 +289,7 @@ print(json.dumps({"text": [t.decode("utf-8") for t in out["text"].numpy()],
 """
 
 
+@pytest.mark.slow
 def test_export_answers_text_in_a_fresh_process(gen, spm, prompts, tmp_path):
     from xlnet_tf.generation import export_generator
 

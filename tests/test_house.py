@@ -3,6 +3,8 @@
 import ast
 import os
 
+import pytest
+
 from tests.conftest import REPO
 
 ABOVE = ("heads", "tasks", "data", "run_common", "run_state")
@@ -52,6 +54,7 @@ def test_no_import_circle_between_task_modules():
         visit(module, [])
 
 
+@pytest.mark.slow
 def test_importing_the_library_sets_no_process_settings():
     import subprocess
     import sys

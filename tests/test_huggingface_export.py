@@ -23,14 +23,14 @@ from heads.classification import ClassificationHead  # noqa: E402
 from heads.features import FeatureHead  # noqa: E402
 from heads.multiple_choice import MultipleChoiceHead  # noqa: E402
 from heads.squad import SquadHead  # noqa: E402
-from tests.conftest import REPO, shared_path  # noqa: E402
+from tests.conftest import REPO, shared_path, tiny  # noqa: E402
 from tests.test_run_safety import cli, clf_args, error_line, glue  # noqa: E402,F401  (glue: a fixture)
 from xlnet_tf import XLNetConfig, XLNetModel, XLNetTokenizer  # noqa: E402
 from xlnet_tf.checkpoint import CheckpointError, read_safetensors, write_safetensors  # noqa: E402
 from xlnet_tf.task_model import TaskModel  # noqa: E402
 
 TOL = 1e-5
-TINY = dict(n_layer=2, d_model=64, n_head=4, d_head=16, d_inner=128, n_token=32000, dropout=0.0, dropatt=0.0)
+TINY = tiny(n_head=4, d_head=16, dropout=0.0, dropatt=0.0)
 
 
 def randomize(model, seed=0, std=0.2):
@@ -90,7 +90,7 @@ def stsb(tokenizer):
 @pytest.mark.parametrize("options", [{}, dict(ff_activation="gelu_exact", untie_r=False, bi_data=True, clamp_len=5,
                                               layer_norm_eps=1e-5, mem_len=8)], ids=["released", "other_options"])
 def test_backbone_loads_into_xlnet_model_and_lm_head_model_with_the_same_outputs(sst2, tmp_path, options):
-    ours = XLNetModel(XLNetConfig(**TINY, **options), seed=0)
+    ours = XLNetModel(XLNetConfig(**dict(TINY, **options)), seed=0)
     ours(sst2["input_ids"][:2])  # (bi_data: an even batch)
     randomize(ours)
     out = tmp_path / "hf"
@@ -118,6 +118,7 @@ def test_backbone_loads_into_xlnet_model_and_lm_head_model_with_the_same_outputs
         assert getattr(back.config, key) == getattr(ours.config, key), key
 
 
+@pytest.mark.slow
 def test_convert_cli_to_huggingface_and_refusals(sst2, tmp_path):
     ours = XLNetModel(XLNetConfig(**TINY), seed=0)
     ours(sst2["input_ids"][:1])
@@ -246,6 +247,7 @@ def test_heads_huggingface_lacks_are_refused_in_one_line(head, named):
 
 
 # ---------------------------------------------------------------------------------------------- a run's export
+@pytest.mark.slow
 def test_run_classifier_export_huggingface_gives_the_runs_predictions(glue, tokenizer, tmp_path):  # noqa: F811
     """A tiny SST-2 run (4 steps) writes its model for transformers with --export_huggingface; HF's logits on the
     run's dev rows equal those of the run's checkpoint; an export-only rerun on the finished run writes the same

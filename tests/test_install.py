@@ -7,7 +7,11 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow  # every test here runs a CLI or a subprocess
 
 CHECK = """
 import importlib, os, pkgutil, sys

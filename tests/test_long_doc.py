@@ -151,6 +151,7 @@ def _key_docs(tok, reviews, n, seed):
     return rows
 
 
+@pytest.mark.slow
 def test_memory_mode_cli_learns_through_memory_and_exports_text_any_length(tok, reviews, tmp_path):
     from tests.test_run_classifier import TINY, run_cli
 

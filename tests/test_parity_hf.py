@@ -301,6 +301,7 @@ def test_untied_biases_load(tmp_path):
     assert maxdiff(m(ids)["sequence_output"], out_ref.last_hidden_state.numpy()) <= TOL
 
 
+@pytest.mark.slow
 def test_convert_cli(original_ckpt, tmp_path):
     import subprocess
     import sys

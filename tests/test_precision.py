@@ -178,6 +178,7 @@ def _relative_errors(ref, got, mask):
     return rel, float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
+@pytest.mark.slow
 def test_bf16_backbone_outputs_within_the_stated_tolerance(sst2):
     from xlnet_tf.modeling import XLNetModel
 
@@ -235,6 +236,7 @@ def sst2_classifier(sst2):
     return cfg, make, training.Trainer(make, dataset_fn, tc).train().model
 
 
+@pytest.mark.slow
 def test_bf16_classifier_gives_the_float32_label_on_sst2_dev(sst2, sst2_classifier):
     """The float32 classifier's weights in a mixed_bfloat16 model: the same predicted label on >= 99% of SST-2
     dev (measured here: 100%, largest logit difference 3.4e-3 against a median |margin| of 0.25)."""
@@ -264,6 +266,7 @@ def test_bf16_classifier_gives_the_float32_label_on_sst2_dev(sst2, sst2_classifi
 EXPORT_PROB_TOL = 1e-2
 
 
+@pytest.mark.slow
 def test_bf16_export_serves_the_float32_label_from_raw_text(sst2, sst2_classifier, tmp_path):
     """``FineTuner.model_for_inference(precision=...)`` (the runner's export path, ``--export_precision``): a
     float32 and a bfloat16 export of the same trained classifier, loaded in a fresh process with only

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.conftest import start_early, tiny
 from tests.subprocess_util import finish
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -64,8 +65,8 @@ def make_workdir(d: str) -> dict:
 def tiny_config(**kw):
     from xlnet_tf.config import XLNetConfig
 
-    base = dict(n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=32, n_token=60, dropout=0.0, dropatt=0.0,
-                mem_len=MEM, reuse_len=REUSE, bi_data=True)
+    base = tiny(d_model=16, d_head=8, d_inner=32, n_token=60, dropout=0.0, dropatt=0.0, mem_len=MEM, reuse_len=REUSE,
+                bi_data=True)
     base.update(kw)
     return XLNetConfig(**base)
 
@@ -205,11 +206,7 @@ def background(work, tmp_path_factory):
 
 @pytest.fixture(scope="module", autouse=True)
 def _start_background(request):
-    """Starts the subprocesses before the module's first test when a selected test needs them, so they run while
-    the in-process tests do; no test depends on another's order (a selection without them starts nothing)."""
-    if any("background" in item.fixturenames for item in request.session.items
-           if getattr(item, "module", None) is request.module):
-        request.getfixturevalue("background")
+    start_early(request, "background")
 
 
 def _expected_mems(model, features, prev):
@@ -229,6 +226,7 @@ def _expected_mems(model, features, prev):
     return [np.concatenate([p, h[:, :REUSE]], axis=1)[:, -MEM:] for p, h in zip(prev, (emb, h1))]
 
 
+@pytest.mark.slow
 def test_memory_is_carried_as_cache_mem(work, tmp_path):
     from xlnet_tf.pretrain_model import PretrainModel
 
@@ -262,6 +260,7 @@ def test_memory_is_carried_as_cache_mem(work, tmp_path):
         np.testing.assert_allclose(got, want, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_loop_loss_memory_and_learning(work):
     """One loop step: its loss is the original's token-weighted Σ CE·mask / Σ mask of the batch and it fills
     the memory; then the loss falls over 40 steps and the held-out PLM loss improves."""
@@ -330,6 +329,7 @@ def test_save_backbone_has_finetuning_config(work, tmp_path):
     assert model.config.mem_len == MEM  # the model's own config is untouched
 
 
+@pytest.mark.slow
 def test_mirrored_strategy_matches_default(background):
     out, err = background.result("mirrored")
     lines = [l for l in out.splitlines() if l.startswith("REPORT ")]
@@ -343,6 +343,7 @@ def test_mirrored_strategy_matches_default(background):
     assert rep["restore"] == 0.0
 
 
+@pytest.mark.slow
 def test_cli_smoke_and_backbone_loads_into_task_model(background):
     from heads.classification import ClassificationHead
     from xlnet_tf.config import XLNetConfig
@@ -369,6 +370,7 @@ def test_cli_smoke_and_backbone_loads_into_task_model(background):
     assert ckpt.get_tensor("model/lm_loss/bias").any()  # the trained LM bias is saved too
 
 
+@pytest.mark.slow
 def test_finetuning_with_the_other_casing_is_refused(background):
     """The pretrained directory records the tokenizer's casing; fine-tuning it with the other casing would turn
     capitals into <unk> silently, so run_common refuses it before any work (and accepts the same casing)."""
@@ -386,6 +388,7 @@ def test_finetuning_with_the_other_casing_is_refused(background):
 
 
 
+@pytest.mark.slow
 def test_pretrained_backbone_round_trips_into_the_finetuning_run(work, tmp_path):
     """Pretrain a few steps, save, and build the fine-tuning run's model the way run_classifier.py does
     (config from the checkpoint with the run's dropout, FineTuner.build_model inside the training loop): every
@@ -424,6 +427,7 @@ def test_pretrained_backbone_round_trips_into_the_finetuning_run(work, tmp_path)
     assert {id(v) for v in fine.model.head.weights} == {id(v) for v in fine.model.weights} - backbone_ids
 
 
+@pytest.mark.slow
 def test_mlm_objective_learns_on_real_text(tmp_path):
     """--objective=mlm's model on WikiText records: the loop's loss is Σ CE·mask / Σ mask over the selected
     pieces, read from the content stream (no query stream), and the held-out masked-LM loss falls."""

@@ -54,6 +54,7 @@ def test_sentence_splitting():
     assert list(quickstart.paragraphs(doc)) == ["Summary line.", "Prose paragraph over two lines."]
 
 
+@pytest.mark.slow
 def test_data_is_deterministic_and_disjoint(tmp_path):
     a = quickstart.build_data(str(tmp_path / "a"), quickstart.PACKAGES, 40, "packages")
     b = quickstart.build_data(str(tmp_path / "b"), quickstart.PACKAGES, 40, "packages")
@@ -72,6 +73,7 @@ def test_data_is_deterministic_and_disjoint(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------- the smoke run
+@pytest.mark.slow
 def test_artefacts_exist(smoke):
     out, stdout = smoke
     for rel in ("data/train.tsv", "data/dev.tsv", "data/test.tsv", "data/corpus.txt", "tokenizer/spiece.model",
@@ -91,6 +93,7 @@ def test_artefacts_exist(smoke):
     assert "Summary" in stdout and "vs majority baseline" in stdout
 
 
+@pytest.mark.slow
 def test_eval_results_well_formed(smoke):
     out, _ = smoke
     with open(os.path.join(out, "run", "eval_results.json")) as f:
@@ -109,6 +112,7 @@ def test_eval_results_well_formed(smoke):
     assert 0.0 < summary["dev_majority_baseline"] < 1.0
 
 
+@pytest.mark.slow
 def test_fresh_process_answer(smoke):
     out, stdout = smoke
     with open(os.path.join(out, "serving_check.json")) as f:
@@ -146,6 +150,7 @@ def test_full_demo_learns(tmp_path):
     assert "health      learning" in proc.stdout
 
 
+@pytest.mark.slow
 def test_rerun_reuses_everything(smoke):
     out, _ = smoke
     stdout = run_quickstart(out)

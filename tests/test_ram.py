@@ -75,6 +75,7 @@ def _task_model(cfg, head):
     return model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hidden", [(), (48, 32)])
 def test_classification_head_count(hidden):
     from heads.classification import ClassificationHead
@@ -85,6 +86,7 @@ def test_classification_head_count(hidden):
 
 
 @pytest.mark.parametrize("hidden,answer", [((), ()), ((48, 40), (24,))])
+@pytest.mark.slow
 def test_squad_head_count(hidden, answer):
     from heads.squad import SquadHead
 
@@ -94,6 +96,7 @@ def test_squad_head_count(hidden, answer):
                                                                     answer_class_hidden_sizes=answer)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ntl", [None, 0, 1, 2])
 def test_trainable_subset_equals_trainer_selection(ntl):
     from heads.classification import ClassificationHead
@@ -246,6 +249,7 @@ def test_cli_table_and_json(capsys, tmp_path):
     assert "error" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_cli_subprocess():
     proc = subprocess.run([sys.executable, "-m", "xlnet_tf.ram", "--config=large", "--seq_len=512", "--batch=1",
                            "--precision=float32", "--optimizer=adamw", "--head=none"], cwd=ROOT, capture_output=True,

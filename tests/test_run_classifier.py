@@ -12,11 +12,12 @@ import time
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, shared_path
+from tests.conftest import REPO, shared_path, tiny
 from tests.subprocess_util import run_like_a_server
 
-TINY = {"n_layer": 2, "d_model": 64, "n_head": 2, "d_head": 32, "d_inner": 128, "ff_activation": "gelu",
-        "untie_r": True, "n_token": 32000}
+pytestmark = pytest.mark.slow  # every test here runs a CLI or a subprocess
+
+TINY = tiny()
 
 
 def run_cli(script, args, timeout=900, check=True):
@@ -43,11 +44,19 @@ def base_args(task, data_dir, config_file, out, L=48, steps=20, extra=()):
 
 
 @pytest.fixture(scope="module")
-def sst2_run(tmp_path_factory, config_file):
+def sst2_cache(tmp_path_factory):
+    """The --cache_dir of the module's SST-2 runs: its 67,349 training sentences are tokenized once per
+    --max_seq_length, not once per run (a run reuses only records valid for its data: task_features)."""
+    return tmp_path_factory.mktemp("sst2_cache")
+
+
+@pytest.fixture(scope="module")
+def sst2_run(tmp_path_factory, config_file, sst2_cache):
     out = tmp_path_factory.mktemp("sst2")
     export = out / "export"
     args = base_args("SST-2", shared_path("glue", "SST-2"), config_file, out / "run", L=48, steps=400,
-                     extra=["--do_train", "--do_eval", "--do_predict", f"--export_dir={export}"])
+                     extra=["--do_train", "--do_eval", "--do_predict", f"--export_dir={export}",
+                            f"--cache_dir={sst2_cache}"])
     run_cli("run_classifier.py", args)
     return out / "run", export
 
@@ -69,11 +78,12 @@ def test_sst2_learns_and_predicts(sst2_run):
     assert set(health["predictions"]["predicted"]) == {"0", "1"} and health["predictions"]["share_without_text"] == 0
 
 
-def test_forced_collapse_warns_in_log_and_eval_results(config_file, tmp_path):
+def test_forced_collapse_warns_in_log_and_eval_results(config_file, sst2_cache, tmp_path):
     """A far too high learning rate (0.5) from random initialisation: every dev sentence gets one label. The run
     finishes (exit 0) but says so: a WARNING naming the collapse and its likely cause, and the JSON field."""
     r = run_cli("run_classifier.py", base_args("SST-2", shared_path("glue", "SST-2"), config_file, tmp_path, L=48,
-                                               steps=60, extra=["--do_train", "--do_eval", "--learning_rate=0.5"]))
+                                               steps=60, extra=["--do_train", "--do_eval", "--learning_rate=0.5",
+                                                                f"--cache_dir={sst2_cache}"]))
     health = json.loads((tmp_path / "eval_results.json").read_text())["health"]
     assert not health["healthy"], health
     assert any(w.startswith("collapsed predictions") for w in health["warnings"]), health
@@ -150,9 +160,9 @@ def _model_tensors(prefix):
     return {n: reader.get_tensor(n) for n in names}
 
 
-def test_killed_run_resumes_to_the_same_weights(config_file, tmp_path):
+def test_killed_run_resumes_to_the_same_weights(config_file, sst2_cache, tmp_path):
     data = shared_path("glue", "SST-2")
-    cache = tmp_path / "cache"
+    cache = sst2_cache
     common = ["--do_train", "--save_steps=10", f"--cache_dir={cache}", "--dropout=0.1", "--jit=false"]
     ref = base_args("sst-2", data, config_file, tmp_path / "ref", L=32, steps=30, extra=common)
     run_cli("run_classifier.py", ref + ["--save_steps=10"])
@@ -176,11 +186,11 @@ def test_killed_run_resumes_to_the_same_weights(config_file, tmp_path):
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
 
 
-def test_mirrored_two_cpus_matches_default_loss_curve(config_file, tmp_path):
+def test_mirrored_two_cpus_matches_default_loss_curve(config_file, sst2_cache, tmp_path):
     """Fixed-shape batches (--length_buckets=false): a global batch of 32 is then exactly two per-replica batches
     of 16 (length groups would fill per replica batch size, so the batches would differ by construction)."""
     data = shared_path("glue", "SST-2")
-    common = ["--do_train", "--dropout=0", "--dropatt=0", f"--cache_dir={tmp_path / 'cache'}", "--jit=false",
+    common = ["--do_train", "--dropout=0", "--dropatt=0", f"--cache_dir={sst2_cache}", "--jit=false",
               "--length_buckets=false"]
     run_cli("run_classifier.py", base_args("sst-2", data, config_file, tmp_path / "d", L=32, steps=15,
                                            extra=common))
@@ -237,15 +247,17 @@ def test_bad_inputs_fail_clearly_and_damage_nothing(sst2_run, config_file, tmp_p
     assert after == before
 
 
-def test_mirrored_with_accumulation_and_dropout_trains(config_file, tmp_path):
+def test_mirrored_with_accumulation_and_dropout_trains(config_file, sst2_cache, tmp_path):
     """Regression: advancing the dropout seed inside the accumulation loop must not need a cross-replica merge.
     Then the default length-grouped batches (each replica's of its own padded length) under the same strategy."""
     run_cli("run_classifier.py", base_args("sst-2", shared_path("glue", "SST-2"), config_file, tmp_path, L=32,
                                            steps=3, extra=["--do_train", "--grad_accum_steps=2", "--dropout=0.1",
-                                                           "--strategy=mirrored", "--num_cpu_devices=2"]))
+                                                           "--strategy=mirrored", "--num_cpu_devices=2",
+                                                           f"--cache_dir={sst2_cache}"]))
     history = json.loads((tmp_path / "model" / "train_history.json").read_text())
     assert [s for s, _ in history] == [1, 2, 3] and all(np.isfinite(l) for _, l in history)
     run_cli("run_classifier.py", base_args("sst-2", shared_path("glue", "SST-2"), config_file, tmp_path / "b", L=32,
-                                           steps=3, extra=["--do_train", "--strategy=mirrored", "--num_cpu_devices=2"]))
+                                           steps=3, extra=["--do_train", "--strategy=mirrored", "--num_cpu_devices=2",
+                                                           f"--cache_dir={sst2_cache}"]))
     history = json.loads((tmp_path / "b" / "model" / "train_history.json").read_text())
     assert [s for s, _ in history] == [1, 2, 3] and all(np.isfinite(l) for _, l in history)

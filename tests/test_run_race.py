@@ -12,10 +12,9 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, shared_path
+from tests.conftest import REPO, shared_path, tiny
 
-TINY = {"n_layer": 2, "d_model": 32, "n_head": 2, "d_head": 16, "d_inner": 64, "ff_activation": "gelu",
-        "untie_r": True, "n_token": 32000}
+TINY = tiny(d_model=32, d_head=16, d_inner=64)
 L, QA = 64, 16
 STEPS, TRAIN_N, EVAL_N = 60, 32, 96
 
@@ -61,6 +60,7 @@ def race_run(tmp_path_factory):
     return root, out, export
 
 
+@pytest.mark.slow
 def test_eval_results_and_loss_falls(race_run):
     _, out, _ = race_run
     res = json.loads((out / "eval_results.json").read_text())
@@ -91,6 +91,7 @@ def _python_features(tokenizer, examples, max_seq_length, max_qa_length):
     return {k: np.stack([f[k] for f in feats]) for k in ("input_ids", "segment_ids", "padding_mask")}
 
 
+@pytest.mark.slow
 def test_export_fresh_process_matches_in_process_model(race_run, tokenizer, dev_examples, tmp_path):
     import tensorflow as tf
 
@@ -151,6 +152,7 @@ def test_fill_blanks_is_python_replace():
     assert got == [qa_text(q, o) for q, o in zip(qs, opts)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("max_seq_length,max_qa_length", [(64, 16), (512, 128)])
 def test_in_graph_features_equal_python(tokenizer, dev_examples, max_seq_length, max_qa_length):
     import tensorflow as tf

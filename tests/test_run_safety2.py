@@ -21,6 +21,7 @@ def records(out):
 
 
 # ------------------------------------------------------------------------------------------- silent misreads
+@pytest.mark.slow
 def test_generic_task_refuses_an_empty_label_cell(glue, tmp_path):
     data = tmp_path / "mine"
     shutil.copytree(glue / "SST-2", data)
@@ -35,6 +36,7 @@ def test_generic_task_refuses_an_empty_label_cell(glue, tmp_path):
     assert records(out) == []
 
 
+@pytest.mark.slow
 def test_serving_refuses_bytes_that_are_not_utf8(glue, tmp_path):
     out, export = tmp_path / "out", tmp_path / "export"
     cli("run_classifier.py", clf_args(glue, "SST-2", out, steps=1) + [f"--export_dir={export}", "--nodo_eval"],
@@ -69,6 +71,7 @@ def test_every_in_graph_tokenisation_checks_utf8():
 
 
 # ------------------------------------------------------------------------------------------- one line, at once
+@pytest.mark.slow
 @pytest.mark.parametrize("flag", ["train_batch_size", "eval_batch_size", "predict_batch_size", "grad_accum_steps"])
 def test_batch_sizes_below_one_are_one_line(glue, tmp_path, flag):
     out = tmp_path / "out"
@@ -77,6 +80,7 @@ def test_batch_sizes_below_one_are_one_line(glue, tmp_path, flag):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_schedule_and_checkpoint_flags_are_one_line(glue, tmp_path):
     for lr in ("-1e-3", "0"):
         line = error_line(cli("run_classifier.py", clf_args(glue, "SST-2", tmp_path / "a") + [f"--learning_rate={lr}"]))
@@ -89,6 +93,7 @@ def test_schedule_and_checkpoint_flags_are_one_line(glue, tmp_path):
     assert not (tmp_path / "b").exists()
 
 
+@pytest.mark.slow
 def test_a_length_beyond_the_machines_memory_is_refused_before_features(glue, tmp_path):
     out = tmp_path / "out"
     line = error_line(cli("run_classifier.py", clf_args(glue, "SST-2", out) + ["--max_seq_length=100000"]))
@@ -97,6 +102,7 @@ def test_a_length_beyond_the_machines_memory_is_refused_before_features(glue, tm
     assert records(out) == []
 
 
+@pytest.mark.slow
 def test_legal_but_unintended_settings_warn(glue, tmp_path):
     r = cli("run_classifier.py", clf_args(glue, "SST-2", tmp_path / "out", steps=2) + [
         "--max_seq_length=3", "--warmup_steps=10"], check=0)
@@ -156,6 +162,7 @@ def _interrupt_after(proc, model_dir, step, timeout=900):
         proc.err_file.close()
 
 
+@pytest.mark.slow
 def test_ctrl_c_says_where_to_resume_and_a_relative_output_dir_resumes_from_anywhere(glue, tmp_path):
     """Started with a relative --output_dir from one directory, interrupted, resumed with the absolute path from
     another: it continues from its checkpoint (the input iterator's saved state names absolute files)."""

@@ -17,10 +17,9 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, shared_path
+from tests.conftest import REPO, shared_path, tiny
 
-TINY = {"n_layer": 2, "d_model": 64, "n_head": 2, "d_head": 32, "d_inner": 128, "ff_activation": "gelu",
-        "untie_r": True, "n_token": 32000}
+TINY = tiny()
 L, QLEN, STRIDE = 128, 32, 64
 V2_KEYS = {"exact", "f1", "total", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1", "best_exact",
            "best_exact_thresh", "best_f1", "best_f1_thresh"}
@@ -77,6 +76,7 @@ def v2_run(files):
     return out, export
 
 
+@pytest.mark.slow
 def test_v2_results_files_and_loss(files, v2_run):
     out, _ = v2_run
     res = json.loads((out / "eval_results.json").read_text())
@@ -130,6 +130,7 @@ def _check_span(served, i, context):
     assert context[a:b] == text if a >= 0 else text == "", (i, a, b, text)
 
 
+@pytest.mark.slow
 def test_export_fresh_process_matches_python_postprocessing(files, v2_run, tmp_path):
     """The SavedModel on raw strings == Python features + the same checkpoint + tasks.squad_postprocess:
     (1) all 247 held-out questions against the CLI's nbest/null_odds, (2) crafted contexts (Unicode,
@@ -226,6 +227,7 @@ def test_export_fresh_process_matches_python_postprocessing(files, v2_run, tmp_p
                for j in keep for p in range(py_index.features[j].paragraph_len))
 
 
+@pytest.mark.slow
 def test_v1_run_with_do_eval(tmp_path):
     """SQuAD v1.1 (dev-v1.1 split by article), --do_eval as the alias of predict + score."""
     with open(shared_path("squad", "dev-v1.1.json"), encoding="utf-8") as f:
@@ -262,6 +264,7 @@ def _doc(context="Bob ran home.", question="Who ran?", answers=({"text": "Bob", 
     (json.dumps(_doc(context="   ")), "data[0].paragraphs[0].context"),
     (json.dumps(_doc(question="")), "data[0].paragraphs[0].qas[0].question"),
 ])
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["train_file", "predict_file"])
 def test_bad_input_exits_2_naming_file_and_field(tmp_path, content, where, which):
     bad = tmp_path / "bad.json"

@@ -204,6 +204,7 @@ _LOAD_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @needs_spiece
 def test_saved_model_fresh_process(tmp_path, tok, tf, tf_toks):
     cased, lower = tf_toks[(False, False)], tf_toks[(True, False)]

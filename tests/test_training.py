@@ -87,6 +87,7 @@ def _ratios(num, den, min_den):
     return out
 
 
+@pytest.mark.slow
 def test_layerwise_decay_lr_mode_vs_original_grad_mode():
     rate, n = 0.5, 2
     ref = _one_step_delta()
@@ -127,6 +128,7 @@ def test_num_trainable_layers_freezes_bottom_without_slots():
 
 
 # --------------------------------------------------------------------------- loop
+@pytest.mark.slow
 def test_grad_accumulation_equals_big_batch_under_xla():
     big = training.train(make_model(dropout=0.0), make_dataset_fn(8, shuffle=False), config())
     acc = training.Trainer(make_model(dropout=0.0), make_dataset_fn(2, shuffle=False),
@@ -137,6 +139,7 @@ def test_grad_accumulation_equals_big_batch_under_xla():
     np.testing.assert_allclose([l for _, l in big.history], [l for _, l in acc_res.history], atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["float32", "mixed_float16"])
 def test_jit_modes_give_the_same_update(precision):
     """Whole-step XLA, XLA on the optimizer update only, and no XLA: same weights (no dropout; clipping and
@@ -168,6 +171,7 @@ def test_default_jit_choice():
     assert training.default_jit(TwoReplicas()) == "off"
 
 
+@pytest.mark.slow
 def test_resume_after_interruption_is_exact(tmp_path, capsys):
     """Default strategy, auto XLA (the optimizer update on CPU), dropout, 2 micro-batches, checkpointed tf.data
     iterator ("skip": see Mirrored)."""
@@ -223,6 +227,7 @@ def test_float16_overflow_skips_update():
     assert float(tr.outer_optimizer.dynamic_scale.numpy()) == 2.0 ** 99
 
 
+@pytest.mark.slow
 def test_predict_default_strategy():
     model = make_model()()
     data = {k: v[:10] for k, v in toy_data().items()}
@@ -263,6 +268,7 @@ def _report(proc, timeout):
     return json.loads(lines[-1][len("REPORT "):])
 
 
+@pytest.mark.slow
 def test_mirrored_strategy_matches_default():
     """2 logical CPUs: same weights as the default strategy (with accumulation, layer-wise LR, weight decay),
     predict with a partial last batch, exact resume in "skip" mode, and a clear error without a TPU."""
@@ -287,6 +293,7 @@ def _free_ports(n):
             s.close()
 
 
+@pytest.mark.slow
 def test_multi_worker_mirrored_two_local_workers(tmp_path):
     try:
         ports = _free_ports(2)

@@ -294,6 +294,7 @@ def group(name):
 
 
 # ------------------------------------------------------------------------------------------- tests
+@pytest.mark.slow
 @pytest.mark.parametrize("weight_decay", [0.01, 0.0])
 def test_six_steps_follow_the_original_update_rule(setup, weight_decay):
     d, init = setup
@@ -325,6 +326,7 @@ def test_six_steps_follow_the_original_update_rule(setup, weight_decay):
 @pytest.mark.parametrize("defect,weight_decay", [
     ("per_layer_lr", 0.01), ("grad_scales_stacked", 0.0), ("decay_layer_norm", 0.01), ("decay_no_grad", 0.01),
     ("bias_correction", 0.01), ("bias_correction", 0.0)])
+@pytest.mark.slow
 def test_each_past_defect_moves_updates_far_beyond_the_tolerance(setup, defect, weight_decay):
     """The comparison above can fail: every defect the loop once had changes some variable's updates by more
     than 5x the tolerance on the same batches, or moves a variable without a gradient."""
