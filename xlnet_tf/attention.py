@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Dict, Optional, Union
+from typing import Dict, NamedTuple, Optional, Union
 
 import keras
 import tensorflow as tf
@@ -53,6 +53,15 @@ class LayerInputs:
         """The same inputs with block ``index``'s own dropout seed."""
         seed = None if self.seed is None else tf.random.experimental.stateless_fold_in(self.seed, 100 + index)
         return dataclasses.replace(self, seed=seed)
+
+
+class KeyValueMemory(NamedTuple):
+    """A layer's memory already projected by that layer: keys and values [b, mlen, n*h] in the compute dtype
+    (``RelativeAttention.memory_kv``). Generation keeps these, so that a step projects only its new positions;
+    the keys do not depend on position (relative positions enter through kr), so this equals projecting the
+    memory's hidden states in every step."""
+    k: tf.Tensor
+    v: tf.Tensor
 
 
 def rel_attn_core(q, k, v, kr, r_w, r_r, r_s, seg_embed, ef_diff, blocked, scale: float, dropatt: float, seed,
@@ -163,8 +172,7 @@ class RelativeAttention(keras.layers.Layer):
 
     # ------------------------------------------------------------------ forward
     def call(self, h, g, mem, inputs: LayerInputs):
-        cat = h if mem is None else tf.concat([tf.cast(mem, h.dtype), h], axis=1)
-        keys = self.keys(cat, inputs)
+        keys = self.keys(h, mem, inputs)
         out_h = self.output(h, self.attend(self.project(h, self.q), keys, inputs.content_blocked, inputs, 1),
                             inputs, 2)
         if g is None:
@@ -177,13 +185,25 @@ class RelativeAttention(keras.layers.Layer):
                                               inputs, 5))
         return out_h, self.output(g, vec_g, inputs, 6)
 
-    def keys(self, cat, inputs: LayerInputs):
-        """The keys, values and projected positional encodings of this call (shared by both streams): the
-        graph's k, v [b, n, k, h] and kr [pb, n, r, h], or the kernels' (``fused_attention.keys``)."""
+    def memory_kv(self, mem) -> KeyValueMemory:
+        """Memory hidden states [b, mlen, d] -> their keys and values (a ``KeyValueMemory``)."""
+        mem = tf.cast(mem, self.compute_dtype)
+        return KeyValueMemory(self.project(mem, self.k), self.project(mem, self.v))
+
+    def keys(self, h, mem, inputs: LayerInputs):
+        """The keys, values and projected positional encodings of this call over the memory (hidden states, a
+        ``KeyValueMemory`` or None) and h, shared by both streams: the graph's k, v [b, n, k, h] and kr
+        [pb, n, r, h], or the kernels' (``fused_attention.keys``)."""
+        if isinstance(mem, KeyValueMemory):
+            k = tf.concat([mem.k, self.project(h, self.k)], axis=1)
+            v = tf.concat([mem.v, self.project(h, self.v)], axis=1)
+        else:
+            cat = h if mem is None else tf.concat([tf.cast(mem, h.dtype), h], axis=1)
+            k, v = self.project(cat, self.k), self.project(cat, self.v)
         if inputs.accel.kernel is not None:
-            return fused_attention.keys(self, cat, inputs)
-        return (self.split_heads(self.project(cat, self.k)), self.split_heads(self.project(cat, self.v)),
-                self.split_heads(self.positional_rows(inputs.pos_emb, cat.dtype)))
+            return fused_attention.keys(self, k, v, inputs)
+        return (self.split_heads(k), self.split_heads(v),
+                self.split_heads(self.positional_rows(inputs.pos_emb, k.dtype)))
 
     def attend(self, q, keys, blocked, inputs: LayerInputs, salt: int):
         """Queries [b, s, n*h] over ``keys`` -> [b, s, n*h]: ``rel_attn_core``, in query chunks when chosen,

@@ -10,7 +10,9 @@ greedy ids are the same on the same weights (``tests/test_generation.py``):
   kept for all prompt tokens but the last;
 * every later step runs a window of three positions: the previous token, the newest token and the placeholder
   (HF's ``offset = 2``: the previous token is recomputed once it can see the newest one), with the memory; the
-  window's first position then joins the memory. A step is a forward pass over 3 positions, not the prefix.
+  window's first position then joins the memory. A step is a forward pass over 3 positions, not the prefix:
+  each layer keeps its memory as keys and values (``attention.KeyValueMemory``; HF keeps hidden states and
+  projects the whole memory again in every step), so a step projects only its new positions.
 * ``mem_len=m`` keeps the memory HF keeps with ``config.mem_len = m`` (its last m - 2 positions); ``None``
   keeps everything (HF's ``mem_len=None``, its released configs).
 
@@ -33,6 +35,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
+
+from xlnet_tf.attention import KeyValueMemory
 
 DUMMY_ID = 0  # HF's placeholder id; nothing reads its content (perm_mask hides it), so its value does not matter
 
@@ -161,7 +165,9 @@ def generate_graph(model, input_ids, padding_mask, do_sample: bool, c: dict):
 
     logits, hidden = next_token_logits(model, input_ids, padding_mask)
     first, finished = pick(logits, 0, tf.zeros([bsz], tf.bool))
-    mems = [fit(h[:, :-1], 0.0) for h in hidden]
+    attn = [block.rel_attn for block in model.blocks]
+    # Each layer's memory is kept as its keys and values (a step then projects only its new positions).
+    mems = [t for a, h in zip(attn, hidden) for t in a.memory_kv(fit(h[:, :-1], 0.0))]
     mem_mask = fit(padding_mask[:, :-1], 0)
     columns = tf.range(n_new)[None, :]
     out = tf.where(tf.equal(columns, 0), first[:, None], tf.fill(tf.stack([bsz, n_new]), pad_id))  # [b, n_new]
@@ -171,9 +177,11 @@ def generate_graph(model, input_ids, padding_mask, do_sample: bool, c: dict):
 
     def body(step, prev, cur, finished, out, mem_mask, *mems):
         window = tf.stack([prev, cur], axis=1)
-        logits, hidden = next_token_logits(model, window, mems=list(mems), mem_padding_mask=mem_mask)
+        kv = [KeyValueMemory(*mems[2 * i:2 * i + 2]) for i in range(len(attn))]
+        logits, hidden = next_token_logits(model, window, mems=kv, mem_padding_mask=mem_mask)
         new, finished = pick(logits, step, finished)
-        mems = [tf.concat([m[:, 1:], tf.cast(h[:, :1], m.dtype)], axis=1) for m, h in zip(mems, hidden)]
+        mems = [tf.concat([m[:, 1:], n], axis=1)  # the oldest position out, ``prev`` in
+                for a, h, old in zip(attn, hidden, kv) for m, n in zip(old, a.memory_kv(h[:, :1]))]
         mem_mask = tf.concat([mem_mask[:, 1:], tf.ones([bsz, 1], tf.int32)], axis=1)
         out = tf.where(tf.equal(columns, step), new[:, None], out)
         return (step + 1, cur, new, finished, out, mem_mask, *mems)

@@ -8,7 +8,7 @@ import keras
 import tensorflow as tf
 
 from xlnet_tf import accel
-from xlnet_tf.attention import LayerInputs
+from xlnet_tf.attention import KeyValueMemory, LayerInputs
 from xlnet_tf.block import XLNetBlock
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.encodings import RelativePositionalEncoding
@@ -41,7 +41,8 @@ class XLNetModel(keras.Model):
     training=False)`` returns a dict with ``sequence_output`` [b, q, d] (content stream), ``query_output``
     [b, num_predict, d] when ``target_mapping`` is given, and ``new_mems`` (list of n_layer [b, mem_len, d])
     when ``config.mem_len > 0`` (``mem_padding_mask`` [b, mlen], 1 = real, hides padded memory positions: see
-    ``masks.py``); with ``output_hidden_states=True`` also ``hidden_states``: the content stream
+    ``masks.py``; ``mems`` may also be each layer's ``attention.KeyValueMemory``, generation's cache, which its
+    owner keeps: no ``new_mems`` then); with ``output_hidden_states=True`` also ``hidden_states``: the content stream
     entering block 0 (the embeddings) and leaving each block, n_layer + 1 tensors [b, q, d] (before the output
     dropout). Mask conventions: see ``xlnet_tf/masks.py``. The run option ``config.accelerate`` names the
     accelerations; ``accel.choose`` decides once per call which apply (``xlnet_tf.accel``).
@@ -140,7 +141,8 @@ class XLNetModel(keras.Model):
             mems = None
         if mems is not None and len(mems) != c.n_layer:
             raise ValueError(f"mems: expected a list of {c.n_layer} tensors (one per layer), got {len(mems)}")
-        mlen = tf.shape(mems[0])[1] if mems is not None else 0
+        projected = mems is not None and isinstance(mems[0], KeyValueMemory)  # generation's cache
+        mlen = tf.shape(mems[0].k if projected else mems[0])[1] if mems is not None else 0
         klen = mlen + qlen
         training = bool(training)
         seed = self._next_seed() if training and (c.dropout > 0 or c.dropatt > 0) else None
@@ -175,7 +177,7 @@ class XLNetModel(keras.Model):
         hidden = [h]
         for i, block in enumerate(self.blocks):
             mem = mems[i] if mems is not None else None
-            if c.mem_len > 0:
+            if c.mem_len > 0 and not projected:
                 new_mems.append(self._cache_mem(h, mem))
             if c.recompute and training:
                 h, g = self._recomputed(block, h, g, mem, inputs.for_block(i))
@@ -188,7 +190,7 @@ class XLNetModel(keras.Model):
             out["hidden_states"] = hidden
         if g is not None:
             out["query_output"] = choice.ops.dropout(g, c.dropout, seed, 5)
-        if c.mem_len > 0:
+        if c.mem_len > 0 and not projected:
             out["new_mems"] = new_mems
         return out
 

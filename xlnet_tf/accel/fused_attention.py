@@ -28,15 +28,17 @@ def _heads(layer, x):
     return tf.reshape(x, tf.concat([tf.shape(x)[:-1], [c.n_head, c.d_head]], axis=0))
 
 
-def keys(layer, cat, inputs):
-    """k, v [b, k, n, h] and the op's positional input: in training the projected rows [r, n*h] (one set for the
-    batch: dropout may have touched the encodings), at inference the factored tables (the op combines them)."""
-    k, v = _heads(layer, layer.project(cat, layer.k)), _heads(layer, layer.project(cat, layer.v))
+def keys(layer, k, v, inputs):
+    """The projected keys and values [b, k, n*h] as [b, k, n, h], and the op's positional input: in training the
+    projected rows [r, n*h] (one set for the batch: dropout may have touched the encodings), at inference the
+    factored tables (the op combines them)."""
+    dtype = k.dtype
+    k, v = _heads(layer, k), _heads(layer, v)
     if inputs.training:
-        return k, v, (tf.squeeze(layer.positional_rows(inputs.pos_emb, cat.dtype), 0),)
+        return k, v, (tf.squeeze(layer.positional_rows(inputs.pos_emb, dtype), 0),)
     basis = inputs.pos_emb
-    from_sin, from_cos = layer.positional_tables(basis, cat.dtype)
-    return k, v, (from_sin, from_cos, basis.index[0], tf.cast(basis.sign[0], cat.dtype))
+    from_sin, from_cos = layer.positional_tables(basis, dtype)
+    return k, v, (from_sin, from_cos, basis.index[0], tf.cast(basis.sign[0], dtype))
 
 
 def _keep(layer, q, klen, seed, salt, chunk):
