@@ -93,7 +93,7 @@ class TaskSpec:
         self.head_options, self.seed, self.progress, self.overwrite_data = o.head_options, o.seed, o.progress, \
             o.overwrite_data
         self.max_segments, self.bucket = (int(o.max_segments) if o.max_segments else None), o.bucket
-        self.num_workers = o.num_workers
+        self.num_workers, self.length_multiple = o.num_workers, o.length_multiple
         check_long_doc(self.name, self.config, self.max_segments, self.pair)
 
     def head(self):
