@@ -125,12 +125,14 @@ def training_batches(out):
     import keras
     import tensorflow as tf
 
+    from data import lengths
     from tasks.classification import features as cls_data
 
     (path,) = glob.glob(os.path.join(out, "data", "*train*.tfrecord"))
     keras.utils.set_random_seed(SEED)  # as the Trainer: the shuffle's seed pairs with the global seed
+    # --length_buckets and --length_multiple=0 (the defaults): batches of one length group, this machine's rounding
     ds = cls_data.make_dataset(path, BATCH, is_training=True, seed=SEED, input_context=tf.distribute.InputContext(),
-                               dynamic="left")  # --length_buckets (the default): batches of one length group
+                               dynamic="left", length_multiple=lengths.default_multiple())
     return [{k: v.numpy() for k, v in b.items()} for b in ds.take(STEPS)]
 
 
