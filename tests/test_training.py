@@ -317,29 +317,3 @@ def test_checkpoint_of_another_shape_is_one_clear_error(tmp_path):
     training.train(make_model(), make_dataset_fn(4), config(model_dir=str(tmp_path), train_steps=1))
     with pytest.raises(CheckpointError, match="ckpt-1: this checkpoint does not fit the model being trained"):
         training.Trainer(make_model(n_layer=3), make_dataset_fn(4), config(model_dir=str(tmp_path), train_steps=2))
-
-
-def test_ctrl_c_closes_the_summary_writer(tmp_path, monkeypatch):
-    """An interrupted run (training.Interrupted) still closes its TensorBoard writer."""
-    closed = []
-    create = tf.summary.create_file_writer
-
-    class Recording:
-        def __init__(self, path):
-            self.writer = create(path)
-
-        def close(self):
-            closed.append(True)
-            self.writer.close()
-
-    monkeypatch.setattr(tf.summary, "create_file_writer", Recording)
-    tr = training.Trainer(make_model(), make_dataset_fn(4), config(model_dir=str(tmp_path), train_steps=4,
-                                                                   progress=False))
-
-    def ctrl_c(*args):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(tr, "_loop", ctrl_c)
-    with pytest.raises(training.Interrupted):
-        tr.train()
-    assert closed == [True]

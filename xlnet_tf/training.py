@@ -440,19 +440,17 @@ class Trainer:
             writer = tf.summary.create_file_writer(os.path.join(cfg.model_dir, "train"))
         bar = Progress(cfg.train_steps, cfg.log_steps) if cfg.progress and self.is_chief else None
         history: List[Tuple[int, float]] = []
-        try:  # the summary writer is closed whatever happens (Ctrl-C included): its events file stays complete
-            try:
-                step = self._loop(step, end, writer, bar, history)
-            except KeyboardInterrupt:
-                latest = self.manager.latest_checkpoint if self.manager else None
-                raise Interrupted(step if not history else history[-1][0],
-                                  int(latest.rsplit("-", 1)[1]) if latest else None, cfg.model_dir) from None
-            self._save_history(history)
-            if history and step == cfg.train_steps and not (cfg.save_steps and step % cfg.save_steps == 0):
-                self.save()  # final checkpoint (unless just written)
-        finally:
-            if writer:
-                writer.close()
+        try:
+            step = self._loop(step, end, writer, bar, history)
+        except KeyboardInterrupt:
+            latest = self.manager.latest_checkpoint if self.manager else None
+            raise Interrupted(step if not history else history[-1][0],
+                              int(latest.rsplit("-", 1)[1]) if latest else None, cfg.model_dir) from None
+        self._save_history(history)
+        if history and step == cfg.train_steps and not (cfg.save_steps and step % cfg.save_steps == 0):
+            self.save()  # final checkpoint (unless just written)
+        if writer:
+            writer.close()
         if history:  # batches padded to their longest (data/lengths.py) must not retrace the step per shape
             log.info("training step traced %d time(s) for %d steps", self._step_fn.experimental_get_tracing_count(),
                      len(history))
