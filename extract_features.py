@@ -1,4 +1,4 @@
-"""Per-token and pooled vectors of chosen layers for raw text, from a pretrained or fine-tuned XLNet.
+r"""Per-token and pooled vectors of chosen layers for raw text, from a pretrained or fine-tuned XLNet.
 
     python extract_features.py --input_file=texts.txt --output_file=features.npz --spiece_model_file=spiece.model \
       --model_config_path=xlnet_config.json --init_checkpoint=xlnet_model.ckpt --output_dir=OUT \
@@ -23,20 +23,22 @@ from __future__ import annotations
 
 import logging
 
-from absl import app, flags
-
 import run_common
+import run_flags
+import run_main
 from tasks import runner
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string("input_file", None, "Texts, one per line (A ||| B for a pair); blank lines are skipped and "
-                    "the output's line_index gives each row's 0-based input line.")
-flags.DEFINE_string("output_file", None, "Where the vectors go: .npz or .tfrecord.")
-flags.DEFINE_list("layers", ["-1"], "Hidden-state indices (0 = embeddings, -1 = last block).")
-flags.DEFINE_enum("pooling", "mean", ["mean", "last"], "Pooled vector: mean over real tokens, or the last (CLS).")
-run_common.define_long_doc_flags("text", "single texts: windows of max_seq_length run left to right with the "
-                                 "previous windows' hidden states as memory, each read whole", max_segments=False)
-run_common.define_common_flags(default_seq_len=128, default_lr=0.0)
+def define_flags(fv) -> None:
+    d = run_flags.Definer(fv, "Features")
+    d.string("input_file", None, "Texts, one per line (A ||| B for a pair); blank lines are skipped and "
+             "the output's line_index gives each row's 0-based input line.")
+    d.string("output_file", None, "Where the vectors go: .npz or .tfrecord.")
+    d.list("layers", ["-1"], "Hidden-state indices (0 = embeddings, -1 = last block).")
+    d.enum("pooling", "mean", ["mean", "last"], "Pooled vector: mean over real tokens, or the last (CLS).")
+    run_flags.define_long_doc_flags(fv, "text", "single texts: windows of max_seq_length run left to right with the "
+                                        "previous windows' hidden states as memory, each read whole", max_segments=False)
+    run_flags.define_common_flags(fv, default_seq_len=128, default_lr=0.0)
+
 
 log = logging.getLogger("extract_features")
 
@@ -172,8 +174,7 @@ def write_vectors(path, pooled, tokens, input_ids, padding_mask, layers, line_in
             w.write(ex.SerializeToString())
 
 
-def main(_):
-    F = FLAGS
+def job(F):
     if not F.output_file or not F.output_file.endswith((".npz", ".tfrecord")):
         raise ValueError(f"--output_file must end with .npz or .tfrecord, got {F.output_file!r}")
     if not F.input_file:
@@ -194,6 +195,9 @@ def main(_):
     run_common.run_task(F, spec, plan, config, strategy)
 
 
+def main(argv=None) -> run_main.Exit:
+    return run_main.main(argv, define_flags, job, __doc__)
+
+
 if __name__ == "__main__":
-    flags.mark_flag_as_required("output_dir")
-    app.run(run_common.main_wrapper(main), flags_parser=run_common.parse_flags)
+    run_main.exit(main())

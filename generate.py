@@ -1,4 +1,4 @@
-"""Continues text prompts with a pretrained XLNet's LM head (``xlnet_tf/generation.py``), greedy or sampled.
+r"""Continues text prompts with a pretrained XLNet's LM head (``xlnet_tf/generation.py``), greedy or sampled.
 
     python generate.py --init_checkpoint=DIR --spiece_model_file=spiece.model --prompt="The cat" \
       --max_new_tokens=32 [--do_sample --temperature=0.8 --top_k=50 --top_p=0.9 --seed=1] [--output_file=OUT.jsonl]
@@ -17,25 +17,27 @@ from __future__ import annotations
 import json
 import os
 
-from absl import app, flags
-
 import run_common
+import run_flags
+import run_main
 
-FLAGS = flags.FLAGS
-run_common.define_model_flags()
-flags.DEFINE_string("prompt", None, "One prompt.")
-flags.DEFINE_string("input_file", None, "Prompts, one per line.")
-flags.DEFINE_string("output_file", None, "Where the results go (.jsonl).")
-flags.DEFINE_string("export_dir", None, "Write a SavedModel generating from raw text here.")
-flags.DEFINE_integer("max_new_tokens", 20, "New tokens per prompt.")
-flags.DEFINE_bool("do_sample", False, "Sample (default: greedy).")
-flags.DEFINE_float("temperature", 1.0, "Sampling temperature (> 0).")
-flags.DEFINE_integer("top_k", 0, "Sample among the k most likely tokens (0 = all).")
-flags.DEFINE_float("top_p", 1.0, "Sample among the most likely tokens holding this mass (1 = all).")
-flags.DEFINE_integer("seed", 0, "Sampling seed (same seed, same ids).")
-flags.DEFINE_integer("mem_len", None, "Memory kept in positions + 2 (HF's mem_len; default: all).")
-flags.DEFINE_integer("batch_size", 8, "Prompts per batch.")
-flags.DEFINE_integer("max_prompt_length", 512, "Longer prompts keep their last pieces.")
+
+def define_flags(fv) -> None:
+    d = run_flags.Definer(fv, "Generation")
+    run_flags.define_model_flags(fv)
+    d.string("prompt", None, "One prompt.")
+    d.string("input_file", None, "Prompts, one per line.")
+    d.string("output_file", None, "Where the results go (.jsonl).")
+    d.string("export_dir", None, "Write a SavedModel generating from raw text here.")
+    d.integer("max_new_tokens", 20, "New tokens per prompt.")
+    d.bool("do_sample", False, "Sample (default: greedy).")
+    d.float("temperature", 1.0, "Sampling temperature (> 0).")
+    d.integer("top_k", 0, "Sample among the k most likely tokens (0 = all).")
+    d.float("top_p", 1.0, "Sample among the most likely tokens holding this mass (1 = all).")
+    d.integer("seed", 0, "Sampling seed (same seed, same ids).")
+    d.integer("mem_len", None, "Memory kept in positions + 2 (HF's mem_len; default: all).")
+    d.integer("batch_size", 8, "Prompts per batch.")
+    d.integer("max_prompt_length", 512, "Longer prompts keep their last pieces.")
 
 
 def read_prompts(F):
@@ -56,8 +58,7 @@ def read_prompts(F):
     return prompts
 
 
-def main(_):
-    F = FLAGS
+def job(F):
     if F.output_file and not F.output_file.endswith(".jsonl"):
         raise ValueError(f"--output_file: expected a .jsonl path, got {F.output_file!r}")
     if F.batch_size < 1 or F.max_prompt_length < 1:
@@ -107,5 +108,9 @@ def main(_):
         print(f"SavedModel written to {F.export_dir}")
 
 
+def main(argv=None) -> run_main.Exit:
+    return run_main.main(argv, define_flags, job, __doc__, required=())
+
+
 if __name__ == "__main__":
-    app.run(run_common.main_wrapper(main), flags_parser=run_common.parse_flags)
+    run_main.exit(main())

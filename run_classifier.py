@@ -1,4 +1,4 @@
-"""Fine-tune XLNet on a classification / regression task, evaluate, predict and export a SavedModel.
+r"""Fine-tune XLNet on a classification / regression task, evaluate, predict and export a SavedModel.
 
     python run_classifier.py --task=sst-2 --data_dir=glue/SST-2 --spiece_model_file=spiece.model \
       --model_config_path=config.json --output_dir=OUT --max_seq_length=64 --train_batch_size=32 \
@@ -12,25 +12,27 @@ from __future__ import annotations
 
 import logging
 
-from absl import app, flags
-
 import run_common
-
-FLAGS = flags.FLAGS
-flags.DEFINE_string("task", None, "Task name (see the module docstring).")
-flags.DEFINE_string("task_name", None, "Alias of --task (the original's flag name).")
-flags.DEFINE_string("data_dir", None, "The task's data (GLUE folder, aclImdb folder or tarball, csv folder).")
-flags.DEFINE_string("text_a_column", "text", "generic task: column/key of the first text.")
-flags.DEFINE_string("text_b_column", None, "generic task: column/key of the second text (pair tasks).")
-flags.DEFINE_string("label_column", "label", "generic task: column/key of the label.")
-flags.DEFINE_list("labels", None, "generic task: the label set (default: discovered from train).")
-flags.DEFINE_bool("regression", False, "generic task: the label is a real number.")
-run_common.define_long_doc_flags("document", "single-text tasks: consecutive windows of max_seq_length run left "
-                                 "to right with the previous windows' hidden states as memory; the head reads the "
-                                 "CLS at the end of the document; only the last window gets gradients")
-run_common.define_common_flags(default_seq_len=128, default_lr=2e-5)
+import run_flags
+import run_main
 
 log = logging.getLogger("run_classifier")
+
+
+def define_flags(fv) -> None:
+    d = run_flags.Definer(fv, "Task")
+    d.string("task", None, "Task name (see the module docstring).")
+    d.string("task_name", None, "Alias of --task (the original's flag name).")
+    d.string("data_dir", None, "The task's data (GLUE folder, aclImdb folder or tarball, csv folder).")
+    d.string("text_a_column", "text", "generic task: column/key of the first text.")
+    d.string("text_b_column", None, "generic task: column/key of the second text (pair tasks).")
+    d.string("label_column", "label", "generic task: column/key of the label.")
+    d.list("labels", None, "generic task: the label set (default: discovered from train).")
+    d.bool("regression", False, "generic task: the label is a real number.")
+    run_flags.define_long_doc_flags(fv, "document", "single-text tasks: consecutive windows of max_seq_length run "
+                                    "left to right with the previous windows' hidden states as memory; the head "
+                                    "reads the CLS at the end of the document; only the last window gets gradients")
+    run_flags.define_common_flags(fv, default_seq_len=128, default_lr=2e-5)
 
 
 def build_task(F):
@@ -46,8 +48,7 @@ def build_task(F):
     return get_task(name, **options)
 
 
-def main(_):
-    F = FLAGS
+def job(F):
     plan = run_common.plan(F)
     paths = run_common.output_paths(F)
     strategy = run_common.strategy(F)
@@ -75,6 +76,9 @@ def main(_):
     run_common.run_task(F, spec, plan, config, strategy)
 
 
+def main(argv=None) -> run_main.Exit:
+    return run_main.main(argv, define_flags, job, __doc__)
+
+
 if __name__ == "__main__":
-    flags.mark_flag_as_required("output_dir")
-    app.run(run_common.main_wrapper(main), flags_parser=run_common.parse_flags)
+    run_main.exit(main())

@@ -1,4 +1,4 @@
-"""Pretrain XLNet with permutation language modelling (the original ``train_gpu.py``), from raw text.
+r"""Pretrain XLNet with permutation language modelling (the original ``train_gpu.py``), from raw text.
 
     python run_pretrain.py --train_input=corpus/*.txt --train_spm --vocab_size=8000 --uncased \
       --model_config_path=small --seq_len=128 --reuse_len=64 --mem_len=96 --num_predict=21 --perm_size=64 \
@@ -30,43 +30,46 @@ import json
 import logging
 import os
 
-from absl import app, flags
-
 import run_common
+import run_flags
+import run_main
 
-FLAGS = flags.FLAGS
-# --- data
-flags.DEFINE_enum("objective", "plm", ["plm", "mlm"], "plm: the permutation LM (two streams, span targets); mlm: "
-                  "BERT-style masked LM on the content stream (15% of the pieces: 80% <mask>, 10% random, 10% "
-                  "kept), same backbone, memory and records.")
-flags.DEFINE_string("train_input", None, "Training corpus: text files, comma-separated and/or globs.")
-flags.DEFINE_string("record_dir", None, "Pretraining TFRecords: written here from --train_input, or read from "
-                    "here when --train_input is absent (default MODEL_DIR/data).")
-flags.DEFINE_string("heldout_input", None, "Held-out text files (comma-separated/globs) for the held-out PLM loss.")
-flags.DEFINE_bool("train_spm", False, "Train a SentencePiece model on --train_input first (written to "
-                  "--spiece_model_file if given, else MODEL_DIR/spiece.model; reused while unchanged).")
-flags.DEFINE_integer("vocab_size", 32000, "Vocabulary of the SentencePiece model trained with --train_spm.")
-flags.DEFINE_integer("seq_len", None, "Sequence length (default: --max_seq_length).")
-flags.DEFINE_integer("reuse_len", 256, "Tokens at the start of each sequence whose hidden states become memory.")
-flags.DEFINE_integer("mem_len", 384, "Memory length (0: no recurrence).")
-flags.DEFINE_integer("perm_size", None, "Factorisation-order block length (default: the whole part).")
-flags.DEFINE_integer("num_predict", None, "Targets per sequence (default: seq_len * mask_beta / mask_alpha; "
-                     "mlm: 15% of seq_len).")
-flags.DEFINE_float("mask_alpha", 6, "Context length (in words) per span-length unit.")
-flags.DEFINE_float("mask_beta", 1, "Span length units per context.")
-flags.DEFINE_integer("max_span", 5, "Longest span, in words.")
-flags.DEFINE_bool("bi_data", True, "Half of each replica's batch reads the streams backwards.")
-flags.DEFINE_bool("use_eod", True, "Append <eod> to every document.")
-flags.DEFINE_bool("use_eop", False, "Mark paragraph (line) ends inside a document with <eop>.")
-flags.DEFINE_integer("data_seed", 0, "Seed of the A/B splits (record writing) and of the target/permutation "
-                     "sampler.")
-flags.DEFINE_integer("heldout_batch_size", 8, "Held-out streams (rows of a held-out batch).")
-flags.DEFINE_integer("heldout_steps", 50, "Held-out batches scored per evaluation (<= 0: one pass).")
-flags.DEFINE_integer("heldout_every", 0, "Evaluate the held-out loss every N steps (0: at the start and end).")
-flags.DEFINE_integer("heldout_seed", 1234, "Seed of the held-out sampler (fixed: the same targets every time).")
-run_common.define_common_flags(default_seq_len=512, default_lr=1e-4)
-FLAGS.set_default("train_steps", 100000)
-FLAGS.set_default("iterations", 100)
+
+def define_flags(fv) -> None:
+    d = run_flags.Definer(fv, "Pretraining")
+    # --- data
+    d.enum("objective", "plm", ["plm", "mlm"], "plm: the permutation LM (two streams, span targets); mlm: "
+           "BERT-style masked LM on the content stream (15% of the pieces: 80% <mask>, 10% random, 10% "
+           "kept), same backbone, memory and records.")
+    d.string("train_input", None, "Training corpus: text files, comma-separated and/or globs.")
+    d.string("record_dir", None, "Pretraining TFRecords: written here from --train_input, or read from "
+             "here when --train_input is absent (default MODEL_DIR/data).")
+    d.string("heldout_input", None, "Held-out text files (comma-separated/globs) for the held-out PLM loss.")
+    d.bool("train_spm", False, "Train a SentencePiece model on --train_input first (written to "
+           "--spiece_model_file if given, else MODEL_DIR/spiece.model; reused while unchanged).")
+    d.integer("vocab_size", 32000, "Vocabulary of the SentencePiece model trained with --train_spm.")
+    d.integer("seq_len", None, "Sequence length (default: --max_seq_length).")
+    d.integer("reuse_len", 256, "Tokens at the start of each sequence whose hidden states become memory.")
+    d.integer("mem_len", 384, "Memory length (0: no recurrence).")
+    d.integer("perm_size", None, "Factorisation-order block length (default: the whole part).")
+    d.integer("num_predict", None, "Targets per sequence (default: seq_len * mask_beta / mask_alpha; "
+              "mlm: 15% of seq_len).")
+    d.float("mask_alpha", 6, "Context length (in words) per span-length unit.")
+    d.float("mask_beta", 1, "Span length units per context.")
+    d.integer("max_span", 5, "Longest span, in words.")
+    d.bool("bi_data", True, "Half of each replica's batch reads the streams backwards.")
+    d.bool("use_eod", True, "Append <eod> to every document.")
+    d.bool("use_eop", False, "Mark paragraph (line) ends inside a document with <eop>.")
+    d.integer("data_seed", 0, "Seed of the A/B splits (record writing) and of the target/permutation "
+              "sampler.")
+    d.integer("heldout_batch_size", 8, "Held-out streams (rows of a held-out batch).")
+    d.integer("heldout_steps", 50, "Held-out batches scored per evaluation (<= 0: one pass).")
+    d.integer("heldout_every", 0, "Evaluate the held-out loss every N steps (0: at the start and end).")
+    d.integer("heldout_seed", 1234, "Seed of the held-out sampler (fixed: the same targets every time).")
+    run_flags.define_common_flags(fv, default_seq_len=512, default_lr=1e-4)
+    fv.set_default("train_steps", 100000)
+    fv.set_default("iterations", 100)
+
 
 log = logging.getLogger("run_pretrain")
 
@@ -82,8 +85,7 @@ def build_config(F, tokenizer):
     return config
 
 
-def main(_):
-    F = FLAGS
+def job(F):
     strategy = run_common.strategy(F)  # first: logical CPU devices must exist before TF initialises
     from tasks.pretrain.run import PretrainPlan, PretrainSpec, expand_inputs, run, spiece_model
     from xlnet_tf import XLNetTokenizer
@@ -113,8 +115,12 @@ def main(_):
                          memory={"head": "none", "length_flag": "seq_len" if F.seq_len else "max_seq_length"})
     summary = run(spec, plan, config, tokenizer, spiece, run_common.train_config(F, plan.model_dir), strategy)
     print(json.dumps(summary))
+    return summary
+
+
+def main(argv=None) -> run_main.Exit:
+    return run_main.main(argv, define_flags, job, __doc__)
 
 
 if __name__ == "__main__":
-    flags.mark_flag_as_required("output_dir")
-    app.run(run_common.main_wrapper(main), flags_parser=run_common.parse_flags)
+    run_main.exit(main())

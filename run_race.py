@@ -1,4 +1,4 @@
-"""Fine-tune XLNet on RACE (multiple-choice reading comprehension), evaluate, predict and export a SavedModel.
+r"""Fine-tune XLNet on RACE (multiple-choice reading comprehension), evaluate, predict and export a SavedModel.
 
     python run_race.py --data_dir=RACE.tar.gz --spiece_model_file=spiece.model --model_config_path=config.json \
       --output_dir=OUT --max_seq_length=512 --max_qa_length=128 --train_batch_size=32 --train_steps=12000 \
@@ -29,30 +29,32 @@ from __future__ import annotations
 
 import logging
 
-from absl import app, flags
-
 import run_common
+import run_flags
+import run_main
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string("data_dir", None, "RACE folder (or its parent) or RACE.tar.gz.")
-flags.DEFINE_integer("max_qa_length", 128, "Question+option pieces kept (the last ones).")
-flags.DEFINE_bool("high_only", False, "Use only the high-school questions.")
-flags.DEFINE_bool("middle_only", False, "Use only the middle-school questions.")
-flags.DEFINE_integer("train_subset", None, "Train on N questions of train only (CPU-sized runs; default: all).")
-flags.DEFINE_integer("eval_subset", None, "Evaluate/predict on N questions only (default: all).")
-flags.DEFINE_enum("eval_split", "dev", ["dev", "test"], "Split scored by --do_eval.")
-flags.DEFINE_integer("num_workers", None, "Processes tokenising RACE (default: CPU count, at most 8).")
-run_common.define_long_doc_flags("article", "per option, the article's earlier windows run left to right as "
-                                 "memory; the last window holds the article's tail, the question and option, and the "
-                                 "CLS the head reads; only the last window gets gradients")
-run_common.define_common_flags(default_seq_len=512, default_lr=2e-5)
+
+def define_flags(fv) -> None:
+    d = run_flags.Definer(fv, "RACE")
+    d.string("data_dir", None, "RACE folder (or its parent) or RACE.tar.gz.")
+    d.integer("max_qa_length", 128, "Question+option pieces kept (the last ones).")
+    d.bool("high_only", False, "Use only the high-school questions.")
+    d.bool("middle_only", False, "Use only the middle-school questions.")
+    d.integer("train_subset", None, "Train on N questions of train only (CPU-sized runs; default: all).")
+    d.integer("eval_subset", None, "Evaluate/predict on N questions only (default: all).")
+    d.enum("eval_split", "dev", ["dev", "test"], "Split scored by --do_eval.")
+    d.integer("num_workers", None, "Processes tokenising RACE (default: CPU count, at most 8).")
+    run_flags.define_long_doc_flags(fv, "article", "per option, the article's earlier windows run left to right as "
+                                        "memory; the last window holds the article's tail, the question and option, and the "
+                                        "CLS the head reads; only the last window gets gradients")
+    run_flags.define_common_flags(fv, default_seq_len=512, default_lr=2e-5)
+
 
 log = logging.getLogger("run_race")
 
 
 # ---------------------------------------------------------------------------------------------- main
-def main(_):
-    F = FLAGS
+def job(F):
     from tasks.race import reader as race_task
     from tasks.race.run import RaceData, RaceRun, race_train_sources
 
@@ -87,6 +89,9 @@ def main(_):
     run_common.run_task(F, spec, plan, config, strategy)
 
 
+def main(argv=None) -> run_main.Exit:
+    return run_main.main(argv, define_flags, job, __doc__)
+
+
 if __name__ == "__main__":
-    flags.mark_flag_as_required("output_dir")
-    app.run(run_common.main_wrapper(main), flags_parser=run_common.parse_flags)
+    run_main.exit(main())

@@ -1,4 +1,4 @@
-"""Fine-tune XLNet on SQuAD v1.1 / v2.0, predict, score with the official scorers and export a SavedModel.
+r"""Fine-tune XLNet on SQuAD v1.1 / v2.0, predict, score with the official scorers and export a SavedModel.
 
     python run_squad.py --train_file=train-v2.0.json --predict_file=dev-v2.0.json --version_2_with_negative \
       --spiece_model_file=spiece.model --init_checkpoint=xlnet_cased_L-24_H-1024_A-16 --output_dir=OUT \
@@ -34,30 +34,33 @@ from __future__ import annotations
 
 import logging
 
-from absl import app, flags
-
 import run_common
+import run_flags
+import run_main
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string("train_file", None, "SQuAD json for training.")
-flags.DEFINE_string("predict_file", None, "SQuAD json to predict (and score: it must carry the answers).")
-flags.DEFINE_string("predict_dir", None, "Where predictions and eval_results.json go (default: OUTPUT_DIR).")
-flags.DEFINE_bool("version_2_with_negative", False, "SQuAD 2.0: questions may have no answer. (Also turned on "
-                  "when a file carries is_impossible fields.)")
-flags.DEFINE_integer("max_query_length", 64, "Question pieces kept (the first ones).")
-flags.DEFINE_integer("doc_stride", 128, "Stride between the context windows, in pieces.")
-flags.DEFINE_integer("start_n_top", 5, "Beam size of answer starts.")
-flags.DEFINE_integer("end_n_top", 5, "Beam size of answer ends per start.")
-flags.DEFINE_integer("n_best_size", 5, "Answers kept per question in nbest.json.")
-flags.DEFINE_integer("max_answer_length", 64, "Longest answer, in pieces.")
-flags.DEFINE_bool("allow_last_paragraph_token", False, "Let an answer start or end on a window's last paragraph "
-                  "token (the original rejects such candidates).")
-flags.DEFINE_list("answer_class_hidden_sizes", [], "Hidden sizes of a deeper answer-class MLP (empty: the "
-                  "original head). --head_hidden_sizes makes the start/end MLPs deeper.")
-flags.DEFINE_float("null_score_diff_threshold", 0.0, "v2.0: predict no answer when the null odds (answer-class "
-                   "logit) exceed this (predictions.json and the exported has_answer).")
-flags.DEFINE_integer("num_workers", None, "Processes building features (default: CPU count, at most 8).")
-run_common.define_common_flags(default_seq_len=512, default_lr=3e-5)
+
+def define_flags(fv) -> None:
+    d = run_flags.Definer(fv, "SQuAD")
+    d.string("train_file", None, "SQuAD json for training.")
+    d.string("predict_file", None, "SQuAD json to predict (and score: it must carry the answers).")
+    d.string("predict_dir", None, "Where predictions and eval_results.json go (default: OUTPUT_DIR).")
+    d.bool("version_2_with_negative", False, "SQuAD 2.0: questions may have no answer. (Also turned on "
+           "when a file carries is_impossible fields.)")
+    d.integer("max_query_length", 64, "Question pieces kept (the first ones).")
+    d.integer("doc_stride", 128, "Stride between the context windows, in pieces.")
+    d.integer("start_n_top", 5, "Beam size of answer starts.")
+    d.integer("end_n_top", 5, "Beam size of answer ends per start.")
+    d.integer("n_best_size", 5, "Answers kept per question in nbest.json.")
+    d.integer("max_answer_length", 64, "Longest answer, in pieces.")
+    d.bool("allow_last_paragraph_token", False, "Let an answer start or end on a window's last paragraph "
+           "token (the original rejects such candidates).")
+    d.list("answer_class_hidden_sizes", [], "Hidden sizes of a deeper answer-class MLP (empty: the "
+           "original head). --head_hidden_sizes makes the start/end MLPs deeper.")
+    d.float("null_score_diff_threshold", 0.0, "v2.0: predict no answer when the null odds (answer-class "
+            "logit) exceed this (predictions.json and the exported has_answer).")
+    d.integer("num_workers", None, "Processes building features (default: CPU count, at most 8).")
+    run_flags.define_common_flags(fv, default_seq_len=512, default_lr=3e-5)
+
 
 log = logging.getLogger("run_squad")
 
@@ -74,8 +77,7 @@ def read_file(path, name, require_answers=True):
     return examples, version
 
 
-def main(_):
-    F = FLAGS
+def job(F):
     predict = F.do_predict or F.do_eval
     # SQuAD's predictions come with its evaluation (scored when the predict file has answers)
     plan = run_common.plan(F, do_eval=predict, do_predict=False, results_dir=F.predict_dir or F.output_dir)
@@ -120,6 +122,9 @@ def main(_):
     run_common.run_task(F, spec, plan, config, strategy)
 
 
+def main(argv=None) -> run_main.Exit:
+    return run_main.main(argv, define_flags, job, __doc__)
+
+
 if __name__ == "__main__":
-    flags.mark_flag_as_required("output_dir")
-    app.run(run_common.main_wrapper(main), flags_parser=run_common.parse_flags)
+    run_main.exit(main())

@@ -17,12 +17,11 @@
   first.
 
 ``run_manifest(F, ...)`` builds a run's manifest from its parsed flags and ``take_run_dir`` enters the guard for the
-rest of the process (``run_common.start_run`` calls both after its checks).
+rest of the run (``run_common.start_run`` calls both after its checks).
 """
 
 from __future__ import annotations
 
-import atexit
 import errno
 import fcntl
 import json
@@ -245,13 +244,23 @@ def run_manifest(F, script: str, task: str, config, tokenizer, data: Optional[Di
     return manifest
 
 
+_HELD: list = []  # the guards taken by the run under way (run_main releases them when its job returns)
+
+
+def release_held() -> None:
+    """Releases every guard ``take_run_dir`` took (``run_main.main`` calls it when the job ends; a process that
+    dies has its locks dropped by the kernel)."""
+    while _HELD:
+        _HELD.pop().__exit__(None, None, None)
+
+
 def take_run_dir(F, run_dir: str, manifest: Dict, training: bool, work_dirs: Sequence[str] = ()) -> RunGuard:
     """Enters a ``RunGuard`` on ``run_dir`` (the export directories' parents are swept for stale temporaries too),
-    held until the process exits."""
+    held until ``release_held`` (the end of the entry point's job)."""
     temp_dirs = [os.path.dirname(os.path.abspath(d)) for d in (getattr(F, "export_dir", None),
                                                                getattr(F, "export_huggingface", None)) if d]
     guard = RunGuard(run_dir, manifest, training=training, overwrite=F.overwrite_output_dir,
                      work_dirs=work_dirs, temp_dirs=temp_dirs)
     guard.__enter__()
-    atexit.register(guard.__exit__, None, None, None)  # a killed run's flock is dropped by the kernel
+    _HELD.append(guard)
     return guard

@@ -32,7 +32,8 @@ from typing import Iterator, List, Optional, Set, Tuple
 from tests.conftest import REPO
 
 DOCS = ("README.md", "BUILD.md", "PERFORMANCE.md")
-DOTTED_ROOTS = ("xlnet_tf", "tasks", "heads", "data", "benchmarks", "tests", "run_common", "run_state")
+DOTTED_ROOTS = ("xlnet_tf", "tasks", "heads", "data", "benchmarks", "tests", "run_common", "run_state", "run_flags",
+                "run_main")
 SKIP_DIRS = {".venv", ".git", "__pycache__"}
 INLINE = re.compile(r"(`+)([^`\n]+?)\1(?!`)")
 TEMPLATE = re.compile(r"[*?\[\]{}<>$]|\.\.\.|://")
@@ -193,7 +194,7 @@ def test_the_matcher_flags_what_is_gone_and_skips_what_it_cannot_judge():
     line = ("see `xlnet_tf/no_such_file.py`, ``data.race.flatten_choices``, `run_nothing.py`, "
             "``xlnet_tf.export.no_such_name``, ``tasks.runner.Plan.no_such_field``")
     assert [bool(check(w, "README.md", top)) for w in references(line)] == [True] * 5
-    good = ("`xlnet_tf/ram.py:12`, ``xlnet_tf.export.padded_length``, `data.lengths`, `tasks/squad/`, "
+    good = ("`xlnet_tf/ram.py:12`, ``xlnet_tf.lengths.padded_length``, `data.lengths`, `tasks/squad/`, "
             "``tasks.runner.run``, `run_squad.py`, `BUILD.md`, ``xlnet_tf.XLNetModel``, ``tasks.runner.Plan.do_train``")
     assert [check(w, "README.md", top) for w in references(good)] == [None] * 9
     skipped = ("`results/*.json`, `OUTPUT_DIR/model.ckpt`, `tasks/<family>.py`, `../shared/data/x.txt`, "

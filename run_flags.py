@@ -1,0 +1,183 @@
+"""The flags of the entry points, defined into a ``FlagValues`` of each call's own (``run_main`` makes one per
+call, so every script's ``main`` runs in-process as often as needed), each flag under a help section.
+
+Only definitions live here: ``run_common`` turns parsed flags into the library's objects, ``run_main`` parses,
+prints ``--help`` and turns failures into one ``error:`` line.
+"""
+
+from __future__ import annotations
+
+import os
+
+from absl import flags
+
+from xlnet_tf.hardware import POLICY_OF_DTYPE, PRECISIONS
+
+# The directories a run writes (its checkpoints record paths inside them: the input iterator's TFRecord files),
+# made absolute when the flags are parsed, so a run resumes from any working directory.
+RUN_DIR_FLAGS = ("output_dir", "model_dir", "cache_dir", "export_dir", "record_dir", "predict_dir")
+
+
+class Definer:
+    """``flags.DEFINE_*`` into one ``FlagValues``, each flag tagged with the help section it is listed under
+    (``Definer(fv, "Task").string(...)``; ``section(title)`` switches the section for the next ones)."""
+
+    def __init__(self, fv: flags.FlagValues, section: str):
+        self.fv, self.title = fv, section
+
+    def section(self, title: str) -> "Definer":
+        self.title = title
+        return self
+
+    def _define(self, define, name, *args, **kwargs):
+        define(name, *args, flag_values=self.fv, **kwargs)
+        self.fv[name].section = self.title
+
+    def string(self, name, default, help_, **kw):
+        self._define(flags.DEFINE_string, name, default, help_, **kw)
+
+    def integer(self, name, default, help_, **kw):
+        self._define(flags.DEFINE_integer, name, default, help_, **kw)
+
+    def float(self, name, default, help_, **kw):
+        self._define(flags.DEFINE_float, name, default, help_, **kw)
+
+    def bool(self, name, default, help_, **kw):
+        self._define(flags.DEFINE_bool, name, default, help_, **kw)
+
+    def enum(self, name, default, values, help_, **kw):
+        self._define(flags.DEFINE_enum, name, default, list(values), help_, **kw)
+
+    def list(self, name, default, help_, **kw):
+        self._define(flags.DEFINE_list, name, default, help_, **kw)
+
+
+def define_model_flags(fv: flags.FlagValues) -> None:
+    """The model and tokenizer flags of every entry point (``generate.py`` defines only these of the shared ones)."""
+    d = Definer(fv, "Model and tokenizer")
+    d.string("model_config_path", None, "XLNetConfig json (original, HF or ours) or a preset name "
+             "(tiny/small/base/large). Default: the config next to --init_checkpoint.")
+    d.string("init_checkpoint", None, "Original TF1 checkpoint (dir or prefix), HuggingFace dir or our own format. "
+             "Fine-tuning from random initialisation when absent.")
+    d.string("spiece_model_file", None, "SentencePiece model.")
+    d.bool("uncased", False, "Lower-case the input (uncased models).")
+
+
+def define_common_flags(fv: flags.FlagValues, default_seq_len: int = 128, default_lr: float = 2e-5) -> None:
+    """The flags every fine-tuning entry point shares (model, outputs, data, training, distribution)."""
+    define_model_flags(fv)
+    d = Definer(fv, "Model and tokenizer")
+    d.float("dropout", 0.1, "Dropout rate.")
+    d.float("dropatt", 0.1, "Attention dropout rate.")
+    d.integer("clamp_len", -1, "Clamp relative distances (<= 0: no clamping).")
+    d.string("summary_type", "last", "Sequence summary: last|first|mean|attn.")
+    d.section("Outputs")
+    d.string("output_dir", None, "Where results, predictions and cached TFRecords go (required).")
+    d.string("model_dir", None, "Training checkpoints and TensorBoard (default OUTPUT_DIR/model).")
+    d.string("cache_dir", None, "TFRecord cache (default OUTPUT_DIR/data).")
+    d.string("export_dir", None, "Write a SavedModel serving raw text here.")
+    d.string("export_huggingface", None, "Write the fine-tuned model here for transformers (PyTorch): config.json + "
+             "model.safetensors of XLNetForSequenceClassification / ForMultipleChoice / ForQuestionAnswering (a "
+             "head HuggingFace lacks is refused before any work).")
+    d.enum("export_precision", "float32", POLICY_OF_DTYPE,
+           "Compute precision of the exported graph: float32, or bfloat16/float16 (the Keras mixed_* policy: "
+           "float32 variables, 16-bit compute; the signatures' outputs stay float32). bfloat16 is the fast serving "
+           "path on CPUs with AMX / AVX-512 BF16 and on GPUs.")
+    d.bool("overwrite_output_dir", False, "Replace the run in --output_dir (its checkpoints and cached features) "
+           "when it differs from this one; without it such a run refuses to start.")
+    d.section("What to do")
+    d.bool("do_train", False, "Train.")
+    d.bool("do_eval", False, "Evaluate on the dev split.")
+    d.bool("do_predict", False, "Predict the test split.")
+    d.bool("eval_all_ckpt", False, "Evaluate every checkpoint in model_dir and keep the best.")
+    d.section("Data")
+    d.integer("max_seq_length", default_seq_len, "Maximum sequence length in pieces.", lower_bound=1)
+    d.bool("overwrite_data", False, "Rebuild cached TFRecords even when valid.")
+    d.bool("length_buckets", True, "Training batches of examples of one length group, each padded to its longest "
+           "example (rounded up to --length_multiple); off, or with --grad_accum_steps > 1 (which stacks batches "
+           "of one shape), every training batch is padded to max_seq_length. Evaluation and prediction always pad "
+           "a batch to its longest text.")
+    d.integer("length_multiple", 0, "Padded batch lengths are rounded up to a multiple of this (training and "
+              "evaluation; each new length is traced once). 0: chosen by device and model size "
+              "(data.lengths.default_multiple).", lower_bound=0)
+    d.section("Training")
+    d.integer("train_batch_size", 32, "Global training batch size (per update; see grad_accum_steps).",
+              lower_bound=1)
+    d.integer("eval_batch_size", 32, "Evaluation batch size.", lower_bound=1)
+    d.integer("predict_batch_size", None, "Prediction batch size (default: eval_batch_size).", lower_bound=1)
+    d.float("learning_rate", default_lr, "Peak learning rate (> 0 to train).")
+    d.integer("train_steps", 1000, "Optimizer updates.")
+    d.integer("warmup_steps", 0, "Linear warmup steps (more than --train_steps: the peak learning rate is never "
+              "reached, a warning).", lower_bound=0)
+    d.float("min_lr_ratio", 0.0, "Final LR as a fraction of the peak.")
+    d.float("weight_decay", 0.0, "Decoupled weight decay (every weight but LayerNorm and biases; the attention "
+            "biases r_w/r_r/r_s are decayed, as the original).")
+    d.float("adam_epsilon", 1e-6, "Adam epsilon.")
+    d.enum("adam_bias_correction", "auto", ["auto", "true", "false"],
+           "Adam bias correction. auto: with --init_checkpoint the original's rule, on when weight_decay == 0 "
+           "(tf.train.Adam) and off when weight_decay > 0 (its AdamWeightDecay, made for fine-tuning pretrained "
+           "weights at 2e-5..5e-5); from random initialisation always on (without it the first updates are 3-6x "
+           "larger and a fresh model collapses at 1e-3).")
+    d.float("clip", 1.0, "Global-norm gradient clipping (<= 0: none).")
+    d.float("lr_layer_decay_rate", 1.0, "Layer-wise decay rate (see --layer_decay_mode).")
+    d.enum("layer_decay_mode", "grad", ["grad", "lr"],
+           "grad (the original; reproduces the published recipes): the clipped gradients of block l's projection, "
+           "feed-forward and LayerNorm weights are multiplied by rate^(n_layer-1-l); embeddings, attention biases, "
+           "seg_embed and heads are not scaled, and Adam mostly cancels the factor. lr: a true per-layer learning "
+           "rate rate^(n_layer-depth) on every variable, embeddings included; with 0.75 on XLNet-Large the "
+           "embedding trains at 0.001x the top rate and the bottom layers practically freeze.")
+    d.integer("grad_accum_steps", 1, "Micro-batches per update (same update as a k-times batch).", lower_bound=1)
+    d.integer("num_trainable_layers", -1, "Train only the top N blocks and the head (-1: all).")
+    d.list("head_hidden_sizes", [], "Hidden sizes of a deeper head MLP (empty: the original head).")
+    d.integer("save_steps", 1000, "Checkpoint every N steps (0: only at the end).")
+    d.integer("keep_checkpoint_max", 5, "Checkpoints kept.")
+    d.integer("iterations", 50, "Log every N steps.")
+    d.integer("seed", 42, "Random seed.")
+    d.bool("progress", True, "Show progress bars.")
+    d.section("Speed and memory")
+    d.enum("precision", "float32", PRECISIONS, "Compute precision.")
+    d.bool("recompute", False, "Recompute each block's activations in the backward pass.")
+    d.bool("accelerate", True, "The accelerations of xlnet_tf/accel that apply on this host (XLA clusters, "
+           "compiled attention kernels, query chunking); false: the plain TensorFlow ops of the math only.")
+    d.enum("pos_dropout", "per_example", ["per_example", "shared"],
+           "Dropout mask on the relative positional encodings: per_example (the original) or shared by the batch "
+           "(faster training steps, not the original's noise).")
+    d.enum("jit", "auto", ["auto", "true", "update", "false"],
+           "XLA: true = the whole training step, update = only the optimizer update, false = none; auto = whole "
+           "step on one GPU, update on one CPU, none on several devices.")
+    d.bool("check_memory", True, "Refuse a run whose estimated memory (xlnet_tf.ram: parameters, optimizer state "
+           "and the step's activations at this length and batch) exceeds this machine's memory, before any "
+           "feature is written; false: run anyway.")
+    d.section("Distribution")
+    d.enum("strategy", "default", ["default", "mirrored", "multi_worker", "tpu"], "tf.distribute.")
+    d.string("tpu", None, "TPU name or address (with --strategy=tpu).")
+    d.integer("num_cpu_devices", None, "Split the CPU into N logical devices (testing mirrored).")
+
+
+def define_long_doc_flags(fv: flags.FlagValues, unit: str, memory_help: str, max_segments: bool = True) -> None:
+    """``--long_doc_mode``, ``--mem_len`` and (``max_segments``) ``--max_segments``: the classifier's documents,
+    RACE's articles, extract_features' texts."""
+    d = Definer(fv, "Long documents")
+    d.enum("long_doc_mode", "truncate", ["truncate", "memory"],
+           f"{unit.capitalize()}s longer than max_seq_length: truncate (keep the beginning, the original) or memory "
+           f"({memory_help}).")
+    d.integer("mem_len", None, "memory mode: memory length in positions (default: max_seq_length).")
+    if max_segments:
+        d.integer("max_segments", 8, f"memory mode: at most this many windows per {unit} in training, evaluation "
+                  f"and prediction (a longer {unit} keeps its beginning, as truncation); the export reads the whole "
+                  f"{unit}.")
+
+
+def settle(fv: flags.FlagValues) -> None:
+    """After parsing: the run's directories made absolute (URLs such as gs://... kept); a missing
+    --init_checkpoint refused (ValueError, one line)."""
+    for name in RUN_DIR_FLAGS:
+        value = fv[name].value if name in fv else None
+        if value and "://" not in value:
+            setattr(fv, name, os.path.abspath(os.path.expanduser(value)))
+    path = fv["init_checkpoint"].value if "init_checkpoint" in fv else None
+    if path and "://" not in path and not os.path.isdir(path):
+        folder, prefix = os.path.split(os.path.abspath(path))
+        if not (os.path.isdir(folder) and any(n.startswith(prefix) for n in os.listdir(folder))):
+            raise ValueError(f"--init_checkpoint={path}: no such checkpoint (expected a directory or a checkpoint "
+                             f"prefix such as DIR/xlnet_model.ckpt)")
