@@ -3,15 +3,13 @@
 The classifier and RACE records are LEFT-padded to ``max_seq_length`` (``<cls>`` stays last, as the original),
 SQuAD's right-padded (``P <sep> Q <sep> <cls> PAD``); padding is masked and positions are relative, so dropping leading all-padding columns changes no real token's
 output beyond float noise (tests/test_lengths.py). Lengths are rounded up to a multiple (``--length_multiple``;
-``default_multiple``: 8 where a GPU or TPU compiles whole steps with XLA, a bounded set of ``max_seq_length / 8``
-shapes; 2 on CPU, where a new shape costs one trace of a few seconds and less padding pays more: an SST-2 epoch
-at XLNet-Base shape measured 1.12x shorter than with 8, PERFORMANCE.md).
+the rule and its default by device and model size: ``xlnet_tf/lengths.py``).
 
 * ``trim_batch``: a batch [b, (choices,) L] -> [b, (choices,) T], T = the padded length of its longest example
   (the padding side's columns dropped);
 * ``length_buckets``: training examples grouped by that padded length (``group_by_window``: a batch fills from
   one length group at a time, the input order stays shuffled), each batch then trimmed;
-* the rounding is ``xlnet_tf.export.padded_length`` (the serving graph pads each call's batch the same way).
+* the rounding is ``xlnet_tf.lengths.padded_length`` (the serving graph pads each call's batch the same way).
 """
 
 from __future__ import annotations
@@ -42,35 +40,34 @@ def real_lengths(batch: Dict) -> "tf.Tensor":
     return tf.reduce_max(tf.reshape(counts, [tf.shape(counts)[0], -1]), axis=1)
 
 
-def default_multiple() -> int:
-    """The length multiple for this machine: 8 with a GPU or TPU (XLA compiles each shape of a whole step), else 2
-    (CPU: measured, PERFORMANCE.md "Real text lengths")."""
+def default_multiple(config) -> int:
+    """The length multiple of a run of ``config``'s model on this machine (``xlnet_tf.lengths.default_multiple``:
+    by device and model size)."""
     import tensorflow as tf
 
-    from xlnet_tf.export import LENGTH_MULTIPLE
+    from xlnet_tf.lengths import default_multiple as rule
 
-    accelerated = tf.config.list_physical_devices("GPU") or tf.config.list_physical_devices("TPU")
-    return LENGTH_MULTIPLE if accelerated else 2
+    return rule(config, bool(tf.config.list_physical_devices("GPU") or tf.config.list_physical_devices("TPU")))
 
 
-def trim_batch(batch: Dict, left: bool = True, multiple: int = 8) -> Dict:
+def trim_batch(batch: Dict, left: bool, multiple: int) -> Dict:
     """Drops the columns no example of the batch needs, to the padded length: the leading ones of left-padded
     records (classification, RACE), the trailing ones of right-padded records (SQuAD: its positions count from
     the left, so they stay valid)."""
     import tensorflow as tf
 
-    from xlnet_tf.export import padded_length
+    from xlnet_tf.lengths import padded_length
 
     keep = padded_length(tf.reduce_max(real_lengths(batch)), batch["input_ids"].shape[-1], multiple)
     return {k: (v[..., -keep:] if left else v[..., :keep]) if k in SEQUENCE_KEYS else v for k, v in batch.items()}
 
 
-def length_buckets(examples, batch_size: int, max_len: int, drop_remainder: bool = True, left: bool = True,
-                   multiple: int = 8):
+def length_buckets(examples, batch_size: int, max_len: int, multiple: int, drop_remainder: bool = True,
+                   left: bool = True):
     """Unbatched training examples (shuffled, repeated) -> batches of one padded length each, trimmed."""
     import tensorflow as tf
 
-    from xlnet_tf.export import padded_length
+    from xlnet_tf.lengths import padded_length
 
     def key(ex):
         n = tf.reduce_max(tf.reduce_sum(tf.cast(ex["padding_mask"], tf.int32), axis=-1))

@@ -161,17 +161,21 @@ def parse_spec(spec: FeatureSpec):
 def make_dataset(paths: Sequence[str] | str, spec: FeatureSpec, batch_size: int, is_training: bool,
                  seed: Optional[int] = None, shuffle_buffer: int = 10000, drop_remainder: Optional[bool] = None,
                  repeat: Optional[bool] = None, int32: bool = True, input_context=None,
-                 dynamic: Optional[str] = None, length_multiple: int = 8):
+                 dynamic: Optional[str] = None, length_multiple: Optional[int] = None):
     """TFRecords -> tf.data of dict batches (int64 features cast to int32 when ``int32``).
 
     ``input_context`` (a ``tf.distribute.InputContext``) shards files/records per input pipeline.
     ``dynamic`` ("left" or "right": the side one-window records are padded on; classification and RACE pad on
     the left, SQuAD on the right): each batch padded to its own longest example, and in training the examples
-    grouped by length first (``data.lengths``), lengths rounded up to ``length_multiple``; None: every batch keeps
-    the records' ``max_seq_length``.
+    grouped by length first (``data.lengths``), lengths rounded up to ``length_multiple`` (required then); None:
+    every batch keeps the records' ``max_seq_length``.
     """
     import tensorflow as tf
 
+    if dynamic not in (None, "left", "right"):
+        raise ValueError(f"dynamic: expected None, 'left' or 'right', got {dynamic!r}")
+    if dynamic and not length_multiple:
+        raise ValueError("make_dataset: dynamic batches need a length_multiple")
     if isinstance(paths, str):
         paths = sorted(glob.glob(paths)) or [paths]
     for p in paths:
@@ -194,12 +198,10 @@ def make_dataset(paths: Sequence[str] | str, spec: FeatureSpec, batch_size: int,
 
     ds = ds.map(_parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     drop_remainder = is_training if drop_remainder is None else drop_remainder
-    if dynamic not in (None, "left", "right"):
-        raise ValueError(f"dynamic: expected None, 'left' or 'right', got {dynamic!r}")
     left = dynamic == "left"
     if dynamic and is_training:
-        ds = lengths.length_buckets(ds, batch_size, spec["input_ids"][1][-1], drop_remainder=drop_remainder,
-                                    left=left, multiple=length_multiple)
+        ds = lengths.length_buckets(ds, batch_size, spec["input_ids"][1][-1], length_multiple,
+                                    drop_remainder=drop_remainder, left=left)
     else:
         ds = ds.batch(batch_size, drop_remainder=drop_remainder)
         if dynamic:

@@ -15,6 +15,7 @@ import os
 import time
 from typing import Any, Dict, Optional, Sequence
 
+from data import lengths
 from tasks import health
 
 log = logging.getLogger("runner")
@@ -47,7 +48,7 @@ class TaskOptions:
     ``max_segments``: memory mode (long documents in up to that many windows; the model's ``config.mem_len`` > 0);
     ``bucket``: training batches of one length group, padded to their longest (``data.lengths``; memory mode: the
     same window count). Evaluation batches are always padded to their longest. Padded lengths are rounded up to
-    ``length_multiple`` (``--length_multiple``)."""
+    ``length_multiple`` (``--length_multiple``; None: by device and model size, ``data.lengths.default_multiple``)."""
     tokenizer: Any
     config: Any
     max_seq_length: int
@@ -60,7 +61,7 @@ class TaskOptions:
     overwrite_data: bool = False
     max_segments: Optional[int] = None
     bucket: bool = True
-    length_multiple: int = 8
+    length_multiple: Optional[int] = None
     num_workers: Optional[int] = None  # processes writing features (tasks that parallelise it)
 
 
@@ -93,7 +94,10 @@ class TaskSpec:
         self.head_options, self.seed, self.progress, self.overwrite_data = o.head_options, o.seed, o.progress, \
             o.overwrite_data
         self.max_segments, self.bucket = (int(o.max_segments) if o.max_segments else None), o.bucket
-        self.num_workers, self.length_multiple = o.num_workers, o.length_multiple
+        self.num_workers = o.num_workers
+        self.length_multiple = o.length_multiple or lengths.default_multiple(self.config)
+        log.info("batches padded to their longest example, rounded up to a multiple of %d%s", self.length_multiple,
+                 "" if o.length_multiple else " (by device and model size: xlnet_tf/lengths.py)")
         check_long_doc(self.name, self.config, self.max_segments, self.pair)
 
     def head(self):

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from data import lengths, tfrecord_io
 from xlnet_tf import XLNetConfig
-from xlnet_tf.export import padded_length
+from xlnet_tf.lengths import padded_length
 from xlnet_tf.task_model import TaskModel
 
 CFG = dict(n_token=120, n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64, dropout=0.0, dropatt=0.0)
@@ -30,8 +30,8 @@ def left_padded(rng, n_real, L, choices=None):
 
 
 def test_padded_length_rounds_up_to_8_within_max():
-    assert [padded_length(n, 128) for n in (0, 1, 8, 9, 100, 127, 128, 500)] == [8, 8, 8, 16, 104, 128, 128, 128]
-    assert [int(padded_length(tf.constant(n), 36)) for n in (1, 17, 33, 36)] == [8, 24, 36, 36]
+    assert [padded_length(n, 128, 8) for n in (0, 1, 8, 9, 100, 127, 128, 500)] == [8, 8, 8, 16, 104, 128, 128, 128]
+    assert [int(padded_length(tf.constant(n), 36, 8)) for n in (1, 17, 33, 36)] == [8, 24, 36, 36]
 
 
 @pytest.mark.parametrize("head_kind,summary", [("classification", "last"), ("classification", "mean"),
@@ -51,7 +51,7 @@ def test_same_logits_at_any_padded_length(head_kind, summary):
     model = TaskModel(config, head, seed=1)
     model.build_with(feats)
     full = model(feats, training=False)["logits"].numpy()
-    trimmed = lengths.trim_batch({k: tf.constant(v) for k, v in feats.items()})
+    trimmed = lengths.trim_batch({k: tf.constant(v) for k, v in feats.items()}, True, 8)
     assert trimmed["input_ids"].shape[-1] == 24  # longest 20 -> 24
     np.testing.assert_allclose(model(trimmed, training=False)["logits"].numpy(), full, atol=1e-5, rtol=1e-5)
     exact = {k: v[..., -20:] for k, v in feats.items()}  # no padding left in the longest row
@@ -71,7 +71,7 @@ def _records(tmp_path, n_real, L):
 def test_evaluation_batches_are_trimmed_and_keep_order(tmp_path):
     n_real = [5, 40, 7, 9, 60, 3, 18]
     path, spec, feats = _records(tmp_path, n_real, 64)
-    batches = list(tfrecord_io.make_dataset(path, spec, 3, is_training=False, dynamic="left"))
+    batches = list(tfrecord_io.make_dataset(path, spec, 3, is_training=False, dynamic="left", length_multiple=8))
     assert [b["input_ids"].shape[1] for b in batches] == [40, 64, 24]
     finer = tfrecord_io.make_dataset(path, spec, 3, is_training=False, dynamic="left", length_multiple=2)
     assert [b["input_ids"].shape[1] for b in finer] == [40, 60, 18]
@@ -102,10 +102,20 @@ def test_training_batches_come_from_one_length_group(tmp_path, multiple):
     assert len(widths) > 64 // 8 if multiple < 8 else len(widths) <= 64 // 8  # finer groups: more shapes
 
 
-def test_default_multiple_by_machine():
-    """8 where a GPU/TPU compiles whole steps with XLA; 2 on a CPU (less padding, a trace per new length)."""
+def test_default_multiple_by_machine_and_model_size():
+    """8 where a GPU/TPU compiles whole steps with XLA; on a CPU 2 for a model whose per-token work outweighs
+    compiling a new length (XLNet-Base), coarser for a small one (xlnet_tf/lengths.py)."""
+    from xlnet_tf import lengths as rule
+
+    base, tiny_ = XLNetConfig.preset("base"), XLNetConfig(**CFG)
+    assert rule.train_flops_per_token(base) == 6 * 12 * (4 * 768 * 768 + 2 * 768 * 3072)
+    assert rule.default_multiple(base, accelerated=True) == rule.default_multiple(tiny_, accelerated=True) == 8
+    assert rule.default_multiple(base, accelerated=False) == 2
+    assert rule.default_multiple(tiny_, accelerated=False) == rule.CPU_SMALL_MODEL_MULTIPLE > 2
     accelerated = tf.config.list_physical_devices("GPU") or tf.config.list_physical_devices("TPU")
-    assert lengths.default_multiple() == (8 if accelerated else 2)
+    assert lengths.default_multiple(base) == (8 if accelerated else 2)
+    with pytest.raises(ValueError, match="length_multiple"):
+        tfrecord_io.make_dataset("unused", {}, 2, is_training=False, dynamic="left")
 
 
 def test_squad_same_predictions_when_right_padding_is_trimmed():
@@ -128,7 +138,7 @@ def test_squad_same_predictions_when_right_padding_is_trimmed():
     model = TaskModel(config, SquadHead(config.d_model, dropout=0.0), seed=2)
     model.build_with(feats)
     full = model.head.predictions(model(feats, training=False))
-    trimmed = lengths.trim_batch({k: tf.constant(v) for k, v in feats.items()}, left=False)
+    trimmed = lengths.trim_batch({k: tf.constant(v) for k, v in feats.items()}, False, 8)
     assert trimmed["input_ids"].shape[-1] == 48 and trimmed["cls_index"].shape == (3,)
     got = model.head.predictions(model(trimmed, training=False))
     for k in full:

@@ -248,7 +248,7 @@ def test_writer_cache_workers_and_dataset(tokenizer, dev_docs, tmp_path):
     stamp = os.stat(out).st_mtime_ns
     assert race_data.write_race_features(str(tmp_path), "dev", out, tokenizer, 64, 16, progress=False) == 6
     assert os.stat(out).st_mtime_ns == stamp
-    batch = next(iter(race_data.race_dataset(out, 64, 4, is_training=False)))  # padded to its longest option
+    batch = next(iter(race_data.race_dataset(out, 64, 4, is_training=False, length_multiple=8)))  # its longest option
     T = batch["input_ids"].shape[-1]
     assert batch["input_ids"].shape == (4, 4, T) and T % 8 == 0 and T < 64
     assert list(batch["label"].numpy()) == [1, 1, 1, 1]
@@ -261,7 +261,7 @@ def test_writer_cache_workers_and_dataset(tokenizer, dev_docs, tmp_path):
     assert flat["input_ids"].shape == (16, T)
     race_data.write_race_features(str(tmp_path), "dev", out, tokenizer, 96, 16, num_workers=0, progress=False)
     assert os.stat(out).st_mtime_ns != stamp
-    assert race_data.race_dataset(out, 96, 2, False).element_spec["input_ids"].shape[1] == 4
+    assert race_data.race_dataset(out, 96, 2, False, length_multiple=8).element_spec["input_ids"].shape[1] == 4
     assert tfrecord_io.read_manifest(out)["spec"]["input_ids"][1] == [4, 96]  # rebuilt at the new length
 
 

@@ -1,7 +1,7 @@
 """Fine-tuning follows the original XLNet update rule (xlnet-facts §4), checked against an independent NumPy
 implementation of that rule fed with float64 gradients from HuggingFace's PyTorch XLNet.
 
-``run_classifier.py`` (flags -> config -> trainer) trains a tiny model for six steps from an original-format TF1
+``run_classifier.py`` (flags -> config -> trainer; its ``main`` in-process) trains a tiny model for six steps from an original-format TF1
 checkpoint that holds the fine-tuned head under its original names (dropout 0, batches of 8, warmup 2,
 lr 1e-3, clip 1.0, layer decay 0.75, weight decay 0.01 and 0). Every step's update of every variable must be
 within 1e-4 of the reference update's size. The reference reproduces the batches (the same seeded tf.data
@@ -20,13 +20,13 @@ import glob
 import json
 import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, shared_path
+import run_classifier
+from tests.cli_util import succeeds
+from tests.conftest import shared_path
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -90,9 +90,7 @@ def train_cli(d, weight_decay):
             f"--lr_layer_decay_rate={RATE}", f"--weight_decay={weight_decay}", f"--adam_epsilon={EPS}",
             "--dropout=0", "--dropatt=0", "--save_steps=1", f"--keep_checkpoint_max={STEPS + 1}",
             f"--seed={SEED}", "--do_train", "--progress=false"]
-    r = subprocess.run([sys.executable, "run_classifier.py"] + args, cwd=REPO, capture_output=True, text=True,
-                       timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    assert r.returncode == 0, r.stderr[-4000:]
+    r = succeeds(run_classifier, *args)
     assert "and 4 head variables" in r.stderr, "the head was not loaded from the original names"
     return out
 
@@ -127,12 +125,15 @@ def training_batches(out):
 
     from data import lengths
     from tasks.classification import features as cls_data
+    from xlnet_tf import XLNetConfig
 
     (path,) = glob.glob(os.path.join(out, "data", "*train*.tfrecord"))
     keras.utils.set_random_seed(SEED)  # as the Trainer: the shuffle's seed pairs with the global seed
-    # --length_buckets and --length_multiple=0 (the defaults): batches of one length group, this machine's rounding
+    # --length_buckets and --length_multiple=0 (the defaults): batches of one length group, the rounding of this
+    # machine and model
+    config = XLNetConfig(n_layer=N_LAYER, d_model=D, n_head=NH, d_head=DH, d_inner=DI, n_token=V)
     ds = cls_data.make_dataset(path, BATCH, is_training=True, seed=SEED, input_context=tf.distribute.InputContext(),
-                               dynamic="left", length_multiple=lengths.default_multiple())
+                               dynamic="left", length_multiple=lengths.default_multiple(config))
     return [{k: v.numpy() for k, v in b.items()} for b in ds.take(STEPS)]
 
 

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from xlnet_tf import accel, hardware
 from xlnet_tf.fileutil import atomic_directory, write_json
+from xlnet_tf.lengths import SERVING_MULTIPLE, padded_length
 
 SEG_PAD_CLASSIFIER = 4
 
@@ -37,22 +38,10 @@ def keep_last(rt: tf.RaggedTensor, lengths: tf.Tensor) -> tf.RaggedTensor:
     return tf.ragged.boolean_mask(rt, mask)
 
 
-LENGTH_MULTIPLE = 8  # batches are padded to a multiple of this (a bounded set of shapes for XLA; SST-2's median
-# sentence is 12 pieces, so 16 would pad its groups by a third)
-
-
-def padded_length(n, max_len: int, multiple: int = LENGTH_MULTIPLE):
-    """The smallest multiple of ``multiple`` >= ``n`` (at least one multiple), capped at ``max_len``; for Python
-    ints and int tensors alike (the serving graph and ``data.lengths`` share it)."""
-    if isinstance(n, int):
-        return min(int(max_len), max(1, -(-n // multiple)) * multiple)
-    n = tf.maximum(tf.cast(n, tf.int32), 1)
-    return tf.minimum(int(max_len), (n + multiple - 1) // multiple * multiple)
-
-
 def batch_length(rt: tf.RaggedTensor, max_len: int) -> tf.Tensor:
-    """The padded length of a batch of token rows: its longest row, rounded up (``padded_length``)."""
-    return padded_length(tf.reduce_max(rt.row_lengths()), max_len)
+    """The padded length of a served batch of token rows: its longest row, rounded up to ``SERVING_MULTIPLE``
+    (``xlnet_tf/lengths.py``)."""
+    return padded_length(tf.reduce_max(rt.row_lengths()), max_len, SERVING_MULTIPLE)
 
 
 def pad_rows(rt: tf.RaggedTensor, length, value, left: bool) -> tf.Tensor:

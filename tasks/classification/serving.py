@@ -15,7 +15,8 @@ import tensorflow as tf
 
 from tasks.classification.features import text_budget
 from xlnet_tf.export import (SEG_PAD_CLASSIFIER, ServingModule, batch_length, constant_rows, float32_outputs,
-                             keep_first, pad_rows, padded_length, save_atomically)
+                             keep_first, pad_rows, save_atomically)
+from xlnet_tf.lengths import SERVING_MULTIPLE, padded_length
 
 
 def truncate_lengths(len_a: tf.Tensor, len_b: tf.Tensor, budget) -> tuple:
@@ -62,7 +63,7 @@ def classification_features(ids_a: tf.RaggedTensor, ids_b: Optional[tf.RaggedTen
     has_b = ids_b.row_lengths() > 0
     if length is None:
         rows = tf.where(has_b, pair["tokens"].row_lengths(), single["tokens"].row_lengths())
-        length = padded_length(tf.reduce_max(rows), max_seq_length)
+        length = padded_length(tf.reduce_max(rows), max_seq_length, SERVING_MULTIPLE)
     single, pair = padded(single, length), padded(pair, length)
     return {k: tf.where(has_b[:, None], pair[k], single[k]) for k in pair}
 

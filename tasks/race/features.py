@@ -216,7 +216,7 @@ def write_race_features(source: str, split: str, output_path: str, tokenizer: XL
 
 # ---------------------------------------------------------------------------------------------- reading
 def race_dataset(paths, max_seq_length: int, batch_size: int, is_training: bool, max_segments: Optional[int] = None,
-                 bucket: bool = True, length_multiple: int = 8, **kwargs):
+                 bucket: bool = True, length_multiple: Optional[int] = None, **kwargs):
     """TFRecords -> tf.data batches of {input_ids, segment_ids, padding_mask: [b, 4, L], label, level: [b]}
     (``max_segments``: windows [b, 4, W, L] and ``num_segments``, batched as the classifier's
     ``make_window_dataset``: W = the batch's most windows; training buckets by window count). One window: each
