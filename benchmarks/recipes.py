@@ -35,6 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results")
 sys.path.insert(0, HERE)
+sys.path.insert(0, ROOT)
 
 from bench_util import cpu_model, versions, write_json  # noqa: E402
 
@@ -159,7 +160,7 @@ PRETRAIN_STEPS = {"quick": 1000, "full": 4000}
 PRETRAIN_VOCAB = 4000
 
 
-def pretrain(work: str, mode: str) -> str:
+def pretrain(work: str, mode: str, in_process: bool = False) -> str:
     """``run_pretrain.py`` (PLM, defaults but size/steps/LR, its own SentencePiece model) on the SST-2 train
     text; returns the backbone dir. Briefly pretrained backbones need ``--summary_type=mean`` downstream (README:
     no pretraining loss shapes ``<cls>``); below ~1,000 steps a PLM is still at its unigram stage, and
@@ -175,23 +176,34 @@ def pretrain(work: str, mode: str) -> str:
             "--mem_len=32", "--perm_size=32", "--num_predict=11", "--train_batch_size=16", "--learning_rate=1e-3",
             f"--train_steps={steps}", f"--warmup_steps={steps // 10}", f"--save_steps={steps}", "--progress=false"]
     shutil.rmtree(out, ignore_errors=True)
-    run_cli(args, os.path.join(work, mode, "pretrain.log"))
+    run_cli(args, os.path.join(work, mode, "pretrain.log"), in_process)
     return os.path.join(out, "backbone")
 
 
-def run_cli(args: List[str], log_path: str) -> float:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+def run_cli(args: List[str], log_path: str, in_process: bool = False) -> float:
+    """Runs ``args`` ([script, flags...]) as a process, or (``in_process``) through the script's ``main`` in this
+    process (what tests/test_recipes.py does: the same code path without a Python start and a TensorFlow import
+    per run); its output into ``log_path``. Returns the seconds it took."""
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     t0 = time.time()
     with open(log_path, "w", encoding="utf-8") as err:
-        proc = subprocess.run([sys.executable] + args, env=env, cwd=ROOT, stdout=err, stderr=subprocess.STDOUT)
-    if proc.returncode:
-        raise SystemExit(f"{args[0]} failed (exit {proc.returncode}); log {log_path}")
+        if in_process:
+            import contextlib
+            import importlib
+
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(err):
+                code = importlib.import_module(os.path.splitext(args[0])[0]).main(args).code
+        else:
+            env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+            code = subprocess.run([sys.executable] + args, env=env, cwd=ROOT, stdout=err,
+                                  stderr=subprocess.STDOUT).returncode
+    if code:
+        raise SystemExit(f"{args[0]} failed (exit {code}); log {log_path}")
     return time.time() - t0
 
 
 def run_recipe(r: Recipe, work: str, mode: str, config_path: str, seed: Optional[int] = None,
-               flags: Sequence[str] = ()) -> Dict:
+               flags: Sequence[str] = (), in_process: bool = False) -> Dict:
     out = os.path.join(work, mode, r.name.replace(">", "") + ("" if seed is None else f"-seed{seed}"))
     shutil.rmtree(out, ignore_errors=True)
     steps = r.steps[mode]
@@ -199,7 +211,7 @@ def run_recipe(r: Recipe, work: str, mode: str, config_path: str, seed: Optional
     t_pre = 0.0
     if r.name.startswith("pretrain->"):
         t0 = time.time()
-        backbone = pretrain(work, mode)
+        backbone = pretrain(work, mode, in_process)
         t_pre = time.time() - t0
         init = [f"--init_checkpoint={backbone}", f"--spiece_model_file={backbone}/spiece.model"]
     else:
@@ -217,7 +229,7 @@ def run_recipe(r: Recipe, work: str, mode: str, config_path: str, seed: Optional
     if seed is not None:
         args.append(f"--seed={seed}")
     log(f"{r.name}: {steps} steps of {r.batch} at length {L}")
-    seconds = run_cli(args, os.path.join(out + ".log"))
+    seconds = run_cli(args, os.path.join(out + ".log"), in_process)
     with open(os.path.join(out, "eval_results.json"), encoding="utf-8") as f:
         res = json.load(f)
     value, base = float(res[r.metric]) / r.scale, float(r.baseline(res)) / r.scale

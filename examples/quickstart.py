@@ -1,8 +1,7 @@
 """XLNet end to end on an embedded default: CPython's own documentation. No downloads, no other data.
 
-    python examples/quickstart.py                   # full run: ~7 min on 2 busy shared cores (3 CPU-min)
-    python examples/quickstart.py --smoke           # tiny model on a subset, ~1 minute (what the test runs)
-    python examples/quickstart.py --output_dir=DIR  # default: demo_out/ (full) or demo_out/smoke/ (--smoke)
+    python examples/quickstart.py                   # about 1.5 minutes on 2 quiet cores
+    python examples/quickstart.py --output_dir=DIR  # default: demo_out/
 
 THE DATA. Every CPython installation ships the source of its standard library, docstrings included. This
 script parses those files with ``ast`` (nothing is imported or executed) from ``sysconfig``'s stdlib path and
@@ -13,7 +12,7 @@ builds a real, if modest, text-classification task:
 
 Each docstring is split into paragraphs (doctest and indented code blocks dropped) and then into sentences;
 sentences of 5-60 words are kept, a sentence found in more than one of the six packages is dropped, at most
-600 sentences per package are kept (40 with --smoke; chosen by a hash of the text), and each sentence goes to
+600 sentences per package are kept (chosen by a hash of the text), and each sentence goes to
 train / dev / test by a stable hash of its text (80/10/10: 2219 / 291 / 291 sentences on Python 3.11). The
 result is identical on every machine with the same Python minor version (the stdlib files of one minor
 version differ little between patch releases; compare the data fingerprint printed in step 1). The tokenizer
@@ -72,20 +71,13 @@ DEMO_SENTENCES = (
     "Close the connection and release every resource it holds.",
 )
 
-# The two modes. "full" is the README's main job; "smoke" is the same pipeline, tiny, for the test suite.
-MODES = {
+# The settings of the run.
+MODE = dict(
     # max_seq_length 40 keeps ~95% of the sentences whole (median 16 pieces); 600 steps = ~9 epochs.
-    "full": dict(per_label=600, vocab_size=6000, corpus="stdlib", max_seq_length=40,
-                 model=dict(n_layer=4, d_model=128, n_head=4, d_head=32, d_inner=512),
-                 train=dict(train_batch_size=32, train_steps=600, warmup_steps=60, learning_rate=1e-3,
-                            weight_decay=0.01, dropout=0.1, dropatt=0.1, save_steps=300,
-                            summary_type="mean", seed=1)),
-    "smoke": dict(per_label=40, vocab_size=1000, corpus="packages", max_seq_length=32,
-                  model=dict(n_layer=1, d_model=32, n_head=2, d_head=16, d_inner=64),
-                  train=dict(train_batch_size=16, train_steps=20, warmup_steps=2, learning_rate=1e-3,
-                             weight_decay=0.0, dropout=0.0, dropatt=0.0, save_steps=0,
-                             summary_type="mean", seed=1)),
-}
+    per_label=600, vocab_size=6000, corpus="stdlib", max_seq_length=40,
+    model=dict(n_layer=4, d_model=128, n_head=4, d_head=32, d_inner=512),
+    train=dict(train_batch_size=32, train_steps=600, warmup_steps=60, learning_rate=1e-3, weight_decay=0.01,
+               dropout=0.1, dropatt=0.1, save_steps=300, summary_type="mean", seed=1))
 
 
 def log(msg: str = "") -> None:
@@ -328,7 +320,7 @@ def classifier_command(data_dir: str, spiece: str, config_path: str, run_dir: st
             "--do_train", "--do_eval", "--do_predict", f"--export_dir={os.path.join(run_dir, 'export')}"]
 
 
-_ECHO = re.compile(r"^step\s+\d+/\d+ |run_classifier\.py:\d+\]|^error: |Traceback|Error")
+_ECHO = re.compile(r"^step\s+\d+/\d+ | (runner|health)\] |^error: |Traceback|Error")
 
 
 def run_logged(cmd: Sequence[str], log_path: str, verbose: bool, cwd: str = ROOT) -> int:
@@ -342,7 +334,7 @@ def run_logged(cmd: Sequence[str], log_path: str, verbose: bool, cwd: str = ROOT
         for line in proc.stdout:
             logf.write(line)
             if verbose or _ECHO.search(line):
-                log("    " + re.sub(r"^[IWE]\d{4} [\d:.]+ \d+ ", "", line.rstrip()))
+                log("    " + re.sub(r"^[IWE]\d{4} [\d:.]+ ", "", line.rstrip()))
         return proc.wait()
 
 
@@ -409,8 +401,7 @@ def rel(path: str) -> str:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("THE STEPS")[0].rstrip(),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--output_dir", default=None, help="default: demo_out/ (demo_out/smoke/ with --smoke)")
-    ap.add_argument("--smoke", action="store_true", help="tiny model, 20 steps, a small subset (for tests)")
+    ap.add_argument("--output_dir", default=None, help="default: demo_out/")
     ap.add_argument("--train_steps", type=int, default=None, help="override the mode's number of updates")
     ap.add_argument("--seed", type=int, default=None, help="random seed of the training run (default: 1)")
     ap.add_argument("--packages", default=",".join(PACKAGES),
@@ -419,22 +410,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--rerun", action="store_true",
                     help="re-run run_classifier.py even when its results exist for the same settings")
     ap.add_argument("--jit", default=None, choices=("auto", "true", "update", "false"),
-                    help="XLA for run_classifier.py (default: auto; false with --smoke)")
+                    help="XLA for run_classifier.py (default: auto)")
     ap.add_argument("--verbose", action="store_true", help="echo run_classifier.py's whole log")
     args = ap.parse_args(argv)
 
     packages = tuple(p.strip() for p in args.packages.split(",") if p.strip())
     if len(set(packages)) < 2 or len(set(packages)) != len(packages):
         ap.error(f"--packages: need at least two distinct names, got {args.packages!r}")
-    mode_name = "smoke" if args.smoke else "full"
-    mode = json.loads(json.dumps(MODES[mode_name]))
+    mode = json.loads(json.dumps(MODE))
     if args.train_steps:
         mode["train"]["train_steps"] = args.train_steps
         mode["train"]["warmup_steps"] = min(mode["train"]["warmup_steps"], args.train_steps // 10)
     if args.seed is not None:
         mode["train"]["seed"] = args.seed
-    jit = args.jit or ("false" if args.smoke else "auto")
-    out = os.path.abspath(args.output_dir or os.path.join(ROOT, "demo_out", "smoke" if args.smoke else ""))
+    jit = args.jit or "auto"
+    out = os.path.abspath(args.output_dir or os.path.join(ROOT, "demo_out"))
     if args.fresh and os.path.isdir(out):
         ours = any(os.path.exists(os.path.join(out, p)) for p in ("summary.json", "data/info.json", "run"))
         if os.listdir(out) and not ours:
@@ -445,7 +435,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     timings: Dict[str, float] = {}
     t_start = time.time()
 
-    log(f"XLNet quickstart ({mode_name} mode) -> {rel(out)}")
+    log(f"XLNet quickstart -> {rel(out)}")
     log(f"[1/4] data: sentences of CPython {sys.version_info.major}.{sys.version_info.minor}'s own stdlib "
         f"docstrings, labelled with their package ({', '.join(packages)})")
     t = time.time()
@@ -533,7 +523,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         f"predict {sec['predict']}s]")
     timings["total"] = time.time() - t_start
 
-    summary = {"mode": mode_name, "output_dir": out, "dev_accuracy": results["accuracy"],
+    summary = {"output_dir": out, "dev_accuracy": results["accuracy"],
                "dev_majority_baseline": dev_base, "majority_label": top, "test_accuracy": test_acc,
                "test_majority_baseline": test_base, "eval_results": results, "data": info,
                "timings_seconds": {k: round(v, 1) for k, v in timings.items()},

@@ -1,17 +1,15 @@
 """extract_features.py: raw text in, per-token and pooled vectors of chosen layers out (.npz and .tfrecord), equal
-to the backbone's hidden states on the same ids; runs through the one runner."""
+to the backbone's hidden states on the same ids; runs through the one runner (its ``main`` in-process)."""
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.conftest import REPO, SHARED, tiny
-
-pytestmark = pytest.mark.slow  # every test here runs a CLI or a subprocess
+import extract_features
+from tests.cli_util import refused, succeeds
+from tests.conftest import SHARED, tiny
 
 SPM = os.path.join(SHARED, "spiece", "spiece.model")  # the fixture skips the tests when it is absent
 TINY = tiny(n_layer=3, d_model=32, d_head=16, d_inner=64)
@@ -32,13 +30,9 @@ def pretrained(tmp_path_factory):
 
 
 def extract(d, out, *extra):
-    r = subprocess.run([sys.executable, "extract_features.py", f"--input_file={d / 'texts.txt'}",
-                        f"--output_file={out}", f"--spiece_model_file={SPM}", f"--init_checkpoint={d}",
-                        f"--output_dir={d / 'run'}", "--max_seq_length=24", "--predict_batch_size=2", *extra],
-                       cwd=REPO, capture_output=True, text=True, timeout=600,
-                       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    assert r.returncode == 0, r.stderr[-3000:]
-    return r
+    return succeeds(extract_features, f"--input_file={d / 'texts.txt'}", f"--output_file={out}",
+                    f"--spiece_model_file={SPM}", f"--init_checkpoint={d}", f"--output_dir={d / 'run'}",
+                    "--max_seq_length=24", "--predict_batch_size=2", *extra)
 
 
 def test_vectors_equal_the_backbone_hidden_states(pretrained, tmp_path):
@@ -86,10 +80,9 @@ def test_tfrecord_and_last_token_pooling(pretrained, tmp_path):
 def test_bad_input_is_one_line(pretrained, tmp_path):
     bad = tmp_path / "bad.txt"
     bad.write_text("fine\nleft ||| \n", encoding="utf-8")
-    r = subprocess.run([sys.executable, "extract_features.py", f"--input_file={bad}", f"--output_file={tmp_path}/x.npz",
-                        f"--spiece_model_file={SPM}", f"--init_checkpoint={pretrained}", f"--output_dir={tmp_path}/o"],
-                       cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 2 and f"{bad}:2: expected 'text' or 'text A ||| text B'" in r.stderr
+    line = refused(extract_features, f"--input_file={bad}", f"--output_file={tmp_path}/x.npz",
+                   f"--spiece_model_file={SPM}", f"--init_checkpoint={pretrained}", f"--output_dir={tmp_path}/o")
+    assert f"{bad}:2: expected 'text' or 'text A ||| text B'" in line
     assert not (tmp_path / "x.npz").exists()
 
 

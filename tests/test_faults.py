@@ -1,6 +1,9 @@
 """kill -9 at the moments where a run writes (TFRecords, training, a checkpoint, the export) and at random
-times: the next run of the same command finishes with exactly the uninterrupted run's results and export, or
-refuses with one clear line; nothing half-written is trusted."""
+times: the next run of the same command finishes with exactly the uninterrupted run's results, export and every
+saved tensor (weights, Adam slots, step, dropout seed), or refuses with one clear line; nothing half-written is
+trusted. The killed runs are processes (kill -9 is the point); the uninterrupted reference (a process too: its
+duration sets the random kill times; started in the background while the module's first kill runs) and each
+rerun after a kill run in-process through run_classifier's ``main``."""
 
 import json
 import os
@@ -9,14 +12,17 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
 import pytest
 
+import run_classifier
+from tests.cli_util import call
 from tests.conftest import REPO, shared_path, tiny
 
-pytestmark = pytest.mark.slow  # every test here runs a CLI or a subprocess
+pytestmark = pytest.mark.slow  # every test here kills a process
 
 TINY = tiny(n_layer=1, d_model=16, d_head=8, d_inner=32)
 SENTENCES = ["a gripping, beautifully acted film", "dull and far too long"]
@@ -42,9 +48,20 @@ def command(d, name):
                  "--do_eval"]
 
 
-def run(cmd):
-    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+def rerun(cmd):
+    """The same command again, in-process (``cmd`` as ``command`` gives it: [python, script, flags...])."""
+    return call(run_classifier, *cmd[2:])
+
+
+def saved_tensors(model_dir):
+    """Every tensor of the latest checkpoint (weights, optimizer slots, step, dropout seed) except the input
+    iterator's state."""
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(model_dir)))
+    names = [n for n in reader.get_variable_to_shape_map()
+             if "iterator" not in n and n != "_CHECKPOINTABLE_OBJECT_GRAPH"]
+    return {n: reader.get_tensor(n) for n in names}
 
 
 def serve(export):
@@ -89,30 +106,54 @@ def kill_during(cmd, out, phase, deadline):
 
 
 @pytest.fixture(scope="module")
-def reference(setup):
+def started_reference(setup):
+    """The uninterrupted run, a process started in the background (``reference`` waits for it)."""
     out, cmd = command(setup, "reference")
-    t0 = time.time()
-    r = run(cmd)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return {"seconds": time.time() - t0, "eval": json.loads((out / "run" / "eval_results.json").read_text()),
-            "served": serve(out / "export")}
+    err = open(setup / "reference.stderr", "w+")
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=err, text=True,
+                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    t0, ended = time.time(), []
+    waiter = threading.Thread(target=lambda: (proc.wait(), ended.append(time.time())), daemon=True)
+    waiter.start()
+    yield out, proc, err, waiter, lambda: ended[0] - t0
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    err.close()
+
+
+@pytest.fixture(scope="module")
+def reference(started_reference):
+    out, proc, err, waiter, seconds = started_reference
+    waiter.join(timeout=900)
+    err.seek(0)
+    assert proc.returncode == 0, err.read()[-3000:]
+    return {"seconds": seconds(), "eval": json.loads((out / "run" / "eval_results.json").read_text()),
+            "served": serve(out / "export"), "tensors": saved_tensors(out / "run" / "model")}
 
 
 @pytest.mark.parametrize("phase", ["tfrecords", "checkpoint", "export", "random-1", "random-2"])
-def test_killed_run_then_rerun_gives_the_uninterrupted_result(setup, reference, phase):
+def test_killed_run_then_rerun_gives_the_uninterrupted_result(setup, started_reference, phase, request):
     out, cmd = command(setup, f"killed-{phase}")
-    seconds = reference["seconds"]
-    when = random.Random(phase).uniform(0.5, seconds) if phase.startswith("random") else phase
-    seen = kill_during(cmd, out, when, deadline=seconds * 3)
+    if phase.startswith("random"):  # a time within the uninterrupted run's duration
+        seconds = request.getfixturevalue("reference")["seconds"]
+        when, deadline = random.Random(phase).uniform(0.5, seconds), seconds * 3
+    else:
+        when, deadline = phase, 600
+    seen = kill_during(cmd, out, when, deadline=deadline)
     print(f"\n{phase}: killed while {seen or 'nothing was being written'}")
-    r = run(cmd)
-    if r.returncode == 2:  # a refusal is allowed, as one clear line
-        lines = [l for l in r.stderr.splitlines() if l.startswith("error: ")]
-        assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr[-3000:]
-        pytest.fail(f"the rerun refused: {lines[0]}")  # not expected for a same-command rerun
-    assert r.returncode == 0, r.stderr[-3000:]
+    reference = request.getfixturevalue("reference")
+    r = rerun(cmd)
+    if r.code == 2:  # a refusal is allowed, as one clear line
+        assert "Traceback" not in r.stderr, r.stderr[-3000:]
+        pytest.fail(f"the rerun refused: {r.error}")  # not expected for a same-command rerun
+    assert r.code == 0, r.stderr[-3000:]
     assert json.loads((out / "run" / "eval_results.json").read_text()) == reference["eval"]
     np.testing.assert_array_equal(serve(out / "export"), reference["served"])
+    tensors = saved_tensors(out / "run" / "model")
+    assert tensors.keys() == reference["tensors"].keys() and len(tensors) > 40
+    for name, value in reference["tensors"].items():
+        np.testing.assert_array_equal(tensors[name], value, err_msg=name)
     leftovers = [os.path.join(root, n) for root, dirs, files in os.walk(out) for n in dirs + files
                  if ".tmp-" in n or n.endswith("_temp")]
     assert not leftovers, leftovers

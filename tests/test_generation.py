@@ -2,8 +2,9 @@
 weights, sampling reproducible, the CLI ``generate.py`` and the SavedModel's ``generate`` signature.
 
 Weights: (a) a random tiny HF model (initializer 0.2, so attention and memory matter) saved as an HF directory
-and read by ``from_pretrained``; (b) a tiny model pretrained by ``run_pretrain.py`` (started in the background at
-the first test) and written into an HF model by a test-local converter (the reverse of checkpoint's HF name map).
+and read by ``from_pretrained``; (b) the session's tiny model pretrained by ``run_pretrain.py``
+(``conftest.pretrained``) written into an HF model by a test-local converter (the reverse of checkpoint's HF
+name map). The CLI runs through ``generate.main`` in-process (tests/cli_util.py).
 Prompts: 20 WikiText-2 sentences of 3 to 60+ pieces, tokenised with the released spiece.model.
 """
 
@@ -20,8 +21,9 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from tests.conftest import shared_path, start_early  # noqa: E402
-from tests.test_run_safety import error_line  # noqa: E402
+import generate  # noqa: E402
+from tests.cli_util import call, refused  # noqa: E402
+from tests.conftest import shared_path  # noqa: E402
 from xlnet_tf import XLNetModel, XLNetTokenizer  # noqa: E402
 from xlnet_tf.generation import GenerationOptions, Generator, left_pad, next_token_logits  # noqa: E402
 
@@ -77,32 +79,6 @@ def hf(hf_dir):
 @pytest.fixture(scope="module")
 def gen(hf_dir):
     return Generator(XLNetModel.from_pretrained(str(hf_dir), dropout=0.0, dropatt=0.0))
-
-
-@pytest.fixture(scope="module")
-def pretrained(tmp_path_factory):
-    """run_pretrain.py for a few steps on test_pretrain's tiny corpus, in the background."""
-    from tests import test_pretrain as tp
-
-    work = tp.make_workdir(str(tmp_path_factory.mktemp("pretrain")))
-    out = str(tmp_path_factory.mktemp("run"))
-    tp.tiny_config(n_token=60).to_json_file(os.path.join(out, "config.json"))
-    args = [sys.executable, os.path.join(ROOT, "run_pretrain.py"), f"--train_input={work['corpus']}",
-            "--train_spm", "--vocab_size=48", "--model_config_path=" + os.path.join(out, "config.json"),
-            f"--seq_len={tp.SEQ}", f"--reuse_len={tp.REUSE}", f"--mem_len={tp.MEM}",
-            f"--num_predict={tp.PREDICT}", "--perm_size=8", "--train_batch_size=4", "--train_steps=6",
-            "--learning_rate=3e-3", "--iterations=3", "--dropout=0.0", "--dropatt=0.0", "--jit=false",
-            f"--model_dir={out}/train", f"--output_dir={out}/pretrained", "--progress=false"]
-    proc = subprocess.Popen(args, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-    yield {"proc": proc, "dir": os.path.join(out, "pretrained"), "corpus": work["corpus"]}
-    if proc.poll() is None:
-        proc.kill()
-        proc.communicate()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _start_pretraining(request):
-    start_early(request, "pretrained")
 
 
 # ------------------------------------------------------------------------------------------ equality with HF
@@ -198,9 +174,6 @@ def own_to_hf_state_dict(model):
 
 @pytest.mark.slow
 def test_greedy_equals_hf_on_a_pretrained_model(pretrained):
-    proc = pretrained["proc"]
-    _, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, err[-3000:]
     d = pretrained["dir"]
     ours = XLNetModel.from_pretrained(d, dropout=0.0, dropatt=0.0, bi_data=False)
     c = ours.config
@@ -218,9 +191,9 @@ def test_greedy_equals_hf_on_a_pretrained_model(pretrained):
 
 
 # ------------------------------------------------------------------------------------------ CLI
-def cli(args, timeout=600):
-    return subprocess.run([sys.executable, os.path.join(ROOT, "generate.py")] + [str(a) for a in args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout, env=_env())
+def cli(args):
+    """generate.py's ``main`` in-process."""
+    return call(generate, *args)
 
 
 @pytest.mark.slow
@@ -231,7 +204,7 @@ def test_cli_writes_jsonl_equal_to_the_library(hf_dir, gen, spm, prompts, tmp_pa
     out = tmp_path / "out.jsonl"
     r = cli([f"--init_checkpoint={hf_dir}", f"--spiece_model_file={spm}", f"--input_file={inp}",
              "--max_new_tokens=5", f"--output_file={out}"])
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.code == 0, r.stderr[-3000:]
     rows = [json.loads(l) for l in out.read_text(encoding="utf-8").splitlines()]
     tok = XLNetTokenizer(spm)
     expect = gen.generate(ids[:3], GenerationOptions(max_new_tokens=5))
@@ -245,13 +218,12 @@ def test_cli_writes_jsonl_equal_to_the_library(hf_dir, gen, spm, prompts, tmp_pa
     sampled = dict(max_new_tokens=6, do_sample=True, temperature=3.0, top_k=50, top_p=0.9, seed=7)
     r = cli([f"--init_checkpoint={hf_dir}", f"--spiece_model_file={spm}", f"--prompt={texts[5]}",
              f"--output_file={out}"] + [f"--{k}" if v is True else f"--{k}={v}" for k, v in sampled.items()])
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.code == 0, r.stderr[-3000:]
     row = json.loads(out.read_text(encoding="utf-8"))
     assert row["generated_ids"] == gen.generate([ids[5]], GenerationOptions(**sampled))[0]
     assert row["generated_ids"] != gen.generate([ids[5]], GenerationOptions(**dict(sampled, seed=8)))[0]
 
 
-@pytest.mark.slow
 def test_cli_refuses_bad_input(hf_dir, spm, tmp_path):
     base = [f"--init_checkpoint={hf_dir}", f"--spiece_model_file={spm}", "--max_new_tokens=2"]
     empty = tmp_path / "empty.txt"
@@ -267,7 +239,7 @@ def test_cli_refuses_bad_input(hf_dir, spm, tmp_path):
         (["--prompt=a", "--init_checkpoint=" + str(tmp_path)], "no checkpoint"),
     ]
     for extra, expected in cases:
-        line = error_line(cli(base + extra))
+        line = refused(generate, *(base + extra))
         assert expected in line, (extra, line)
     assert out.read_text() == "old\n"  # nothing written over
 

@@ -10,8 +10,6 @@ weight moves the outputs; "same" is a maximum absolute difference <= 1e-5 of the
 import csv
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -23,8 +21,11 @@ from heads.classification import ClassificationHead  # noqa: E402
 from heads.features import FeatureHead  # noqa: E402
 from heads.multiple_choice import MultipleChoiceHead  # noqa: E402
 from heads.squad import SquadHead  # noqa: E402
-from tests.conftest import REPO, shared_path, tiny  # noqa: E402
-from tests.test_run_safety import cli, clf_args, error_line, glue  # noqa: E402,F401  (glue: a fixture)
+import run_classifier  # noqa: E402
+from tests.cli_util import refused, succeeds  # noqa: E402
+from tests.conftest import shared_path, tiny  # noqa: E402
+from tests.test_run_safety import clf_args  # noqa: E402
+from xlnet_tf import convert  # noqa: E402
 from xlnet_tf import XLNetConfig, XLNetModel, XLNetTokenizer  # noqa: E402
 from xlnet_tf.checkpoint import CheckpointError, read_safetensors, write_safetensors  # noqa: E402
 from xlnet_tf.task_model import TaskModel  # noqa: E402
@@ -124,9 +125,7 @@ def test_convert_cli_to_huggingface_and_refusals(sst2, tmp_path):
     ours(sst2["input_ids"][:1])
     randomize(ours, seed=1)
     ours.save_pretrained(str(tmp_path / "own"))
-    r = subprocess.run([sys.executable, "-m", "xlnet_tf.convert", f"--input={tmp_path / 'own'}",
-                        f"--output={tmp_path / 'hf'}", "--to=huggingface"], capture_output=True, text=True, cwd=REPO)
-    assert r.returncode == 0, r.stderr
+    assert convert.main([f"--input={tmp_path / 'own'}", f"--output={tmp_path / 'hf'}", "--to=huggingface"]) == 0
     with torch.no_grad():
         ref = hf_load("XLNetLMHeadModel", tmp_path / "hf")(**torch_inputs(sst2)).logits.numpy()
     got = ours(sst2["input_ids"], segment_ids=sst2["segment_ids"], padding_mask=sst2["padding_mask"])
@@ -248,22 +247,21 @@ def test_heads_huggingface_lacks_are_refused_in_one_line(head, named):
 
 # ---------------------------------------------------------------------------------------------- a run's export
 @pytest.mark.slow
-def test_run_classifier_export_huggingface_gives_the_runs_predictions(glue, tokenizer, tmp_path):  # noqa: F811
-    """A tiny SST-2 run (4 steps) writes its model for transformers with --export_huggingface; HF's logits on the
-    run's dev rows equal those of the run's checkpoint; an export-only rerun on the finished run writes the same
-    weights. A head HF lacks is refused before any work."""
+def test_run_classifier_export_huggingface_gives_the_runs_predictions(sst2_run, glue, tokenizer, tmp_path):
+    """The session's SST-2 run (conftest.sst2_run) wrote its model for transformers with --export_huggingface;
+    HF's logits on SST-2 dev rows equal those of the run's checkpoint; an export-only rerun on the finished run
+    writes the same weights. A head HF lacks is refused before any work."""
     from tasks.classification.features import encode_texts, feature_spec
     from xlnet_tf.finetune import FineTuner
 
-    run, export = tmp_path / "run", tmp_path / "hf"
-    cli("run_classifier.py", clf_args(glue, "SST-2", run, f"--export_huggingface={export}"), check=0)
-    cfg = XLNetConfig.from_json_file(str(glue / "cfg.json"), dropout=0.0, dropatt=0.0)
+    run, export = sst2_run.dir, sst2_run.hf
+    cfg = XLNetConfig.from_json_file(sst2_run.config, dropout=0.0, dropatt=0.0)
     ft = FineTuner(cfg, lambda: ClassificationHead(cfg.d_model, 2, task_name="SST-2", n_head=cfg.n_head,
-                                                   d_head=cfg.d_head), feature_spec(32))
+                                                   d_head=cfg.d_head), feature_spec(sst2_run.L))
     model = ft.model_for_inference(str(run / "model"))
-    assert ft.step == 4
-    rows = open(glue / "SST-2" / "dev.tsv", encoding="utf-8").read().splitlines()[1:]
-    features = encode_texts(tokenizer, [r.split("\t")[0] for r in rows], max_seq_length=32)
+    assert ft.step == 400
+    rows = open(shared_path("glue", "SST-2", "dev.tsv"), encoding="utf-8").read().splitlines()[1:65]
+    features = encode_texts(tokenizer, [r.split("\t")[0] for r in rows], max_seq_length=sst2_run.L)
     ours = model(features, training=False)["logits"].numpy()
     with torch.no_grad():
         ref = hf_load("XLNetForSequenceClassification", export)(**torch_inputs(features)).logits.numpy()
@@ -272,16 +270,16 @@ def test_run_classifier_export_huggingface_gives_the_runs_predictions(glue, toke
 
     # later, on the finished run (export only): the same model
     later = tmp_path / "hf_later"
-    cli("run_classifier.py", [a for a in clf_args(glue, "SST-2", run, f"--export_huggingface={later}")
-                              if a not in ("--do_train", "--do_eval")], check=0)
+    export_only = [a for a in sst2_run.args if not a.startswith(("--do_", "--export_"))]
+    succeeds(run_classifier, *export_only, f"--export_huggingface={later}")
     first, second = (read_safetensors(str(d / "model.safetensors")) for d in (export, later))
     assert sorted(first) == sorted(second)
     for k in first:
         np.testing.assert_array_equal(first[k], second[k])
 
-    refused = tmp_path / "refused"
-    line = error_line(cli("run_classifier.py", clf_args(glue, "SST-2", refused, "--head_hidden_sizes=8",
-                                                        f"--export_huggingface={tmp_path / 'hf2'}")))
+    fresh = tmp_path / "refused"
+    line = refused(run_classifier, *clf_args(glue, "SST-2", fresh, "--head_hidden_sizes=8",
+                                             f"--export_huggingface={tmp_path / 'hf2'}"))
     assert "--export_huggingface: head_hidden_sizes=[8]" in line
     assert not os.path.exists(tmp_path / "hf2")
-    assert os.listdir(refused / "model") == [] and os.listdir(refused / "data") == []  # no features, no training
+    assert os.listdir(fresh / "model") == [] and os.listdir(fresh / "data") == []  # no features, no training

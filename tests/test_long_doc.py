@@ -153,7 +153,11 @@ def _key_docs(tok, reviews, n, seed):
 
 @pytest.mark.slow
 def test_memory_mode_cli_learns_through_memory_and_exports_text_any_length(tok, reviews, tmp_path):
-    from tests.test_run_classifier import TINY, run_cli
+    import run_classifier
+    from tests.cli_util import succeeds
+    from tests.conftest import tiny
+
+    TINY = tiny()
 
     pool = read_reviews("train", 500)
     data = tmp_path / "data"
@@ -164,7 +168,7 @@ def test_memory_mode_cli_learns_through_memory_and_exports_text_any_length(tok, 
             csv.writer(f).writerows([("text", "label")] + rows)
     (tmp_path / "config.json").write_text(json.dumps(TINY))
     out, export = tmp_path / "run", tmp_path / "export"
-    run_cli("run_classifier.py", [
+    succeeds(run_classifier, *[
         "--task=generic", f"--data_dir={data}", f"--model_config_path={tmp_path / 'config.json'}",
         f"--spiece_model_file={shared_path('spiece', 'spiece.model')}", f"--output_dir={out}",
         f"--max_seq_length={L}", "--long_doc_mode=memory", "--max_segments=2", "--train_batch_size=16",

@@ -303,14 +303,16 @@ def test_untied_biases_load(tmp_path):
 
 @pytest.mark.slow
 def test_convert_cli(original_ckpt, tmp_path):
+    """``python -m xlnet_tf.convert``: its ``main`` in-process for the conversion, a process for the exit code of a
+    refusal."""
     import subprocess
     import sys
 
+    from xlnet_tf import convert
+
     out = tmp_path / "converted"
-    r = subprocess.run([sys.executable, "-m", "xlnet_tf.convert", f"--input={original_ckpt}/xlnet_model.ckpt",
-                        f"--config={original_ckpt}/xlnet_config.json", f"--output={out}"],
-                       capture_output=True, text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
-    assert r.returncode == 0, r.stderr
+    assert convert.main([f"--input={original_ckpt}/xlnet_model.ckpt", f"--config={original_ckpt}/xlnet_config.json",
+                         f"--output={out}"]) == 0
     a, b = ours(original_ckpt), XLNetModel.from_pretrained(str(out), dropout=0.0, dropatt=0.0)
     for x, y in zip(a.trainable_weights, b.trainable_weights):
         np.testing.assert_array_equal(x.numpy(), y.numpy())

@@ -1,9 +1,10 @@
 """Pretraining: PretrainModel (tied LM head, memory in the model), the loop under strategies, run_pretrain.py.
 
-Everything runs on a tiny synthetic corpus with its own tiny SentencePiece model (no shared data needed).
-Two parts need their own process and start in the background at the first test, running while the rest
-runs: MirroredStrategy over 2 logical CPUs (``python tests/test_pretrain.py mirrored WORKDIR``) and the
-``run_pretrain.py`` CLI.
+Everything runs on the session's tiny synthetic corpus with its own tiny SentencePiece model
+(``conftest.tiny_corpus``; no shared data needed); the run_pretrain.py CLI run is the session's
+``conftest.pretrained``. MirroredStrategy over 2 logical CPUs needs its own process
+(``python tests/test_pretrain.py mirrored WORKDIR``), started in the background at the module's first test that
+needs it, running while the rest runs.
 
 Tolerances (float32, CPU, no XLA): default vs MirroredStrategy agree to 1e-5 on losses and memory and 1e-4
 on weights after 3 Adam steps (summation order only).
@@ -25,33 +26,19 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.conftest import start_early, tiny
+from tests.conftest import (PRETRAIN_MEM, PRETRAIN_PREDICT, PRETRAIN_REUSE, PRETRAIN_SEQ, start_early,
+                            tiny_pretrain_config, write_corpus)
 from tests.subprocess_util import finish
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
-SEQ, REUSE, MEM, PREDICT = 24, 8, 12, 4
-WORDS = ("the cat dog bird sat ran flew on over under a mat log tree quickly slowly big small red green "
-         "and then saw it").split()
+SEQ, REUSE, MEM, PREDICT = PRETRAIN_SEQ, PRETRAIN_REUSE, PRETRAIN_MEM, PRETRAIN_PREDICT
 
 
 # =========================================================================================== shared pieces
-def write_corpus(path: str, n_docs: int = 60, seed: int = 0) -> None:
-    """Documents of short sentences from a small grammar (learnable), blank lines between documents."""
-    rng = np.random.RandomState(seed)
-    nouns, verbs, adjs = ["cat", "dog", "bird", "mat", "log", "tree"], ["sat", "ran", "flew", "saw"], \
-        ["big", "small", "red", "green"]
-    with open(path, "w", encoding="utf-8") as f:
-        for _ in range(n_docs):
-            for _ in range(rng.randint(3, 7)):
-                a, b = rng.choice(adjs), rng.choice(nouns)
-                f.write(f"the {a} {b} {rng.choice(verbs)} {rng.choice(['on', 'over', 'under'])} the "
-                        f"{rng.choice(nouns)} {rng.choice(['quickly', 'slowly'])} .\n")
-            f.write("\n")
-
-
 def make_workdir(d: str) -> dict:
+    """``conftest.tiny_corpus`` in ``d`` (for the mirrored subprocess, which has no fixtures)."""
     from xlnet_tf import spm_train
 
     os.makedirs(d, exist_ok=True)
@@ -62,13 +49,7 @@ def make_workdir(d: str) -> dict:
     return {"dir": d, "corpus": corpus, "heldout": held, "spm": spm}
 
 
-def tiny_config(**kw):
-    from xlnet_tf.config import XLNetConfig
-
-    base = tiny(d_model=16, d_head=8, d_inner=32, n_token=60, dropout=0.0, dropatt=0.0, mem_len=MEM, reuse_len=REUSE,
-                bi_data=True)
-    base.update(kw)
-    return XLNetConfig(**base)
+tiny_config = tiny_pretrain_config
 
 
 def records(work: dict, num_streams: int, num_groups: int, bi_data: bool = True, name: str = "train"):
@@ -158,55 +139,27 @@ def _mirrored_report(workdir: str) -> None:
 
 # =========================================================================================== pytest
 @pytest.fixture(scope="module")
-def work(tmp_path_factory):
-    return make_workdir(str(tmp_path_factory.mktemp("pretrain")))
-
-
-def _env():
-    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
-
-
-class Background:
-    """The module's two subprocesses (``mirrored``, ``cli``); ``result(name)`` waits for one, once, and returns
-    its (stdout, stderr), so any test may be the first (or the only one) to need it."""
-
-    def __init__(self, procs: dict, cli_out: str):
-        self.procs, self.cli_out, self._results = procs, cli_out, {}
-
-    def result(self, name: str, timeout: float = 240):
-        if name not in self._results:
-            self._results[name] = finish(self.procs[name], timeout)
-        return self._results[name]
+def work(tiny_corpus):
+    return tiny_corpus
 
 
 @pytest.fixture(scope="module")
-def background(work, tmp_path_factory):
-    """Starts the two subprocesses once (they run beside the in-process tests; see ``_start_background``)."""
+def mirrored(tmp_path_factory):
+    """The MirroredStrategy comparison in a process of its own (logical CPUs exist only before TensorFlow
+    initialises), started once, in the background; its (stdout, stderr) when it is read."""
     mdir = str(tmp_path_factory.mktemp("mirrored"))
-    mirrored = subprocess.Popen([sys.executable, os.path.abspath(__file__), "mirrored", mdir], env=_env(),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-    out = str(tmp_path_factory.mktemp("cli"))
-    cli_args = [sys.executable, os.path.join(ROOT, "run_pretrain.py"), f"--train_input={work['corpus']}",
-                "--train_spm", "--vocab_size=48", "--model_config_path=" + os.path.join(out, "config.json"),
-                f"--seq_len={SEQ}", f"--reuse_len={REUSE}", f"--mem_len={MEM}", f"--num_predict={PREDICT}",
-                "--perm_size=8", "--train_batch_size=4", "--train_steps=4", "--learning_rate=1e-3",
-                "--heldout_every=2", f"--heldout_input={work['heldout']}", "--heldout_batch_size=2",
-                "--heldout_steps=3", "--iterations=2", "--dropout=0.1", "--dropatt=0.0", "--jit=false",
-                f"--model_dir={out}/train", f"--output_dir={out}/pretrained", "--progress=false"]
-    tiny_config(n_token=60).to_json_file(os.path.join(out, "config.json"))
-    cli = subprocess.Popen(cli_args, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           cwd=ROOT)
-    procs = Background({"mirrored": mirrored, "cli": cli}, out)
-    yield procs
-    for proc in procs.procs.values():
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "mirrored", mdir],
+                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    yield proc
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _start_background(request):
-    start_early(request, "background")
+    start_early(request, "mirrored")
 
 
 def _expected_mems(model, features, prev):
@@ -330,8 +283,8 @@ def test_save_backbone_has_finetuning_config(work, tmp_path):
 
 
 @pytest.mark.slow
-def test_mirrored_strategy_matches_default(background):
-    out, err = background.result("mirrored")
+def test_mirrored_strategy_matches_default(mirrored):
+    out, err = finish(mirrored, 600)
     lines = [l for l in out.splitlines() if l.startswith("REPORT ")]
     assert lines, err[-3000:]
     rep = json.loads(lines[-1][len("REPORT "):])
@@ -344,20 +297,18 @@ def test_mirrored_strategy_matches_default(background):
 
 
 @pytest.mark.slow
-def test_cli_smoke_and_backbone_loads_into_task_model(background):
+def test_cli_smoke_and_backbone_loads_into_task_model(pretrained):
     from heads.classification import ClassificationHead
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.task_model import TaskModel
 
-    out_dir = background.cli_out
-    out, err = background.result("cli")
-    summary = json.loads(out.strip().splitlines()[-1])
-    assert summary["step"] == 4 and summary["heldout_loss_end"] > 0 and summary["unigram_loss"] > 0
-    with open(os.path.join(out_dir, "train", "pretrain_results.json")) as f:
+    summary = pretrained["summary"]
+    assert summary["step"] == 6 and summary["heldout_loss_end"] > 0 and summary["unigram_loss"] > 0
+    with open(os.path.join(pretrained["train"], "pretrain_results.json")) as f:
         res = json.load(f)
-    assert [h["step"] for h in res["heldout"]] == [0, 2, 4] and len(res["train_history"]) == 4
-    assert "held-out step 4" in err
-    bb = os.path.join(out_dir, "pretrained")
+    assert [h["step"] for h in res["heldout"]] == [0, 2, 4, 6] and len(res["train_history"]) == 6
+    assert "held-out step 6" in pretrained["log"]
+    bb = pretrained["dir"]
     assert os.path.isfile(os.path.join(bb, "spiece.model"))
     config = XLNetConfig.load(bb)
     model = TaskModel(config, ClassificationHead(config.d_model, 2, n_head=config.n_head, d_head=config.d_head))
@@ -371,15 +322,14 @@ def test_cli_smoke_and_backbone_loads_into_task_model(background):
 
 
 @pytest.mark.slow
-def test_finetuning_with_the_other_casing_is_refused(background):
+def test_finetuning_with_the_other_casing_is_refused(pretrained):
     """The pretrained directory records the tokenizer's casing; fine-tuning it with the other casing would turn
     capitals into <unk> silently, so run_common refuses it before any work (and accepts the same casing)."""
     import types
 
     import run_common
 
-    background.result("cli")
-    bb = os.path.join(background.cli_out, "pretrained")
+    bb = pretrained["dir"]
     assert os.path.isfile(os.path.join(bb, "pretrain_results.json"))  # written by the CLI run (not uncased)
     run_common._check_case(types.SimpleNamespace(init_checkpoint=bb, uncased=False))
     run_common._check_case(types.SimpleNamespace(init_checkpoint=os.path.join(bb, "xlnet_model.ckpt"), uncased=False))

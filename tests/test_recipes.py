@@ -1,6 +1,6 @@
 """Outcome floors: README recipes through their CLIs on the real data, default flags but size, steps and LR,
 from random initialisation, exactly as ``benchmarks/recipes.py --quick`` runs them (the same ``Recipe``
-objects). Each floor is what the measured healthy run clearly beats and a collapsed run cannot reach
+objects; each CLI's ``main`` in-process). Each floor is what the measured healthy run clearly beats and a collapsed run cannot reach
 (PERFORMANCE.md "Recipes at small scale"). SST-2 and the demo have theirs in test_run_classifier.py and
 test_quickstart.py.
 
@@ -35,7 +35,7 @@ def work(tmp_path_factory):
 
 def run(name, work):
     recipe = next(r for r in recipes.RECIPES if r.name == name)
-    row = recipe and recipes.run_recipe(recipe, work[0], "quick", work[1])
+    row = recipes.run_recipe(recipe, work[0], "quick", work[1], in_process=True)
     with open(os.path.join(work[0], "quick", name.replace(">", ""), "eval_results.json")) as f:
         return row, json.load(f)
 

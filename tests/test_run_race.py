@@ -1,6 +1,6 @@
 """run_race.py end to end on a small subset of the real RACE archive, and the in-graph RACE layout of the export.
 
-One CLI run (tiny random-init model, 32 training questions memorised in 60 steps, 96 dev questions scored,
+One CLI run through run_race.py's ``main`` in-process (tiny random-init model, 32 training questions memorised in 60 steps, 96 dev questions scored,
 SavedModel exported) feeds the checks; the in-graph features are compared with tasks/race/features.py on real dev questions.
 """
 
@@ -12,7 +12,9 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, shared_path, tiny
+import run_race
+from tests.cli_util import succeeds
+from tests.conftest import shared_path, tiny
 
 TINY = tiny(d_model=32, d_head=16, d_inner=64)
 L, QA = 64, 16
@@ -54,9 +56,7 @@ def race_run(tmp_path_factory):
             f"--train_steps={STEPS}", "--learning_rate=2e-3", "--warmup_steps=5", "--dropout=0", "--dropatt=0",
             f"--train_subset={TRAIN_N}", f"--eval_subset={EVAL_N}", "--eval_batch_size=32", "--iterations=20",
             f"--save_steps={STEPS}", "--progress=false", "--do_train", "--do_eval", f"--export_dir={export}"]
-    r = subprocess.run([sys.executable, "run_race.py"] + args, cwd=REPO, capture_output=True, text=True,
-                       timeout=900, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    assert r.returncode == 0, r.stderr[-4000:]
+    succeeds(run_race, *args)
     return root, out, export
 
 

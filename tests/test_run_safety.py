@@ -1,7 +1,7 @@
-"""Everyday mistakes with output directories and inputs, through the CLIs as a user runs them (tiny model, few
-steps): each refuses with one line naming what differs or what was expected, and nothing written is lost."""
+"""Everyday mistakes with output directories and inputs, through the CLIs' own ``main`` as a user runs them (tiny
+model, few steps, in-process: tests/cli_util.py): each refuses with one line naming what differs or what was
+expected, and nothing written is lost. A second process holds the lock where two processes are the point."""
 
-import fcntl
 import json
 import os
 import shutil
@@ -13,40 +13,10 @@ import time
 
 import pytest
 
-from tests.conftest import REPO, shared_path, tiny
-
-pytestmark = pytest.mark.slow  # every test here runs a CLI or a subprocess
-
-TINY = tiny(n_layer=1, d_model=16, d_head=8, d_inner=32)
-
-
-def cli(script, args, check=None, timeout=600):
-    r = subprocess.run([sys.executable, script] + [str(a) for a in args], cwd=REPO, capture_output=True, text=True,
-                       timeout=timeout, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    if check is not None:
-        assert r.returncode == check, r.stderr[-3000:]
-    return r
-
-
-def error_line(r):
-    """The one ``error:`` line a refused run prints (and no traceback)."""
-    assert r.returncode == 2, r.stderr[-3000:]
-    assert "Traceback" not in r.stderr, r.stderr[-3000:]
-    lines = [l for l in r.stderr.splitlines() if l.startswith("error: ")]
-    assert len(lines) == 1, r.stderr[-3000:]
-    return lines[0]
-
-
-@pytest.fixture(scope="module")
-def glue(tmp_path_factory):
-    d = tmp_path_factory.mktemp("glue")
-    (d / "cfg.json").write_text(json.dumps(TINY))
-    for task, n in (("SST-2", 41), ("CoLA", 40), ("STS-B", 41)):
-        (d / task).mkdir()
-        for split, rows in (("train", n), ("dev", 21)):
-            lines = open(shared_path("glue", task, f"{split}.tsv"), encoding="utf-8").read().splitlines()
-            (d / task / f"{split}.tsv").write_text("\n".join(lines[:rows]) + "\n", encoding="utf-8")
-    return d
+import run_classifier
+import run_pretrain
+from tests.cli_util import refused, succeeds
+from tests.conftest import REPO, TINIEST, shared_path
 
 
 def clf_args(glue, task, out, *extra, steps=4):
@@ -60,7 +30,7 @@ def clf_args(glue, task, out, *extra, steps=4):
 def sst2_dir(glue, tmp_path_factory):
     """One finished SST-2 run; tests copy it."""
     out = tmp_path_factory.mktemp("runs") / "sst2"
-    cli("run_classifier.py", clf_args(glue, "SST-2", out), check=0)
+    succeeds(run_classifier, *clf_args(glue, "SST-2", out))
     return out
 
 
@@ -74,24 +44,23 @@ def copy_run(sst2_dir, tmp_path):
 def test_other_task_other_length_edited_data_refuse_and_overwrite_replaces(glue, sst2_dir, tmp_path):
     out = copy_run(sst2_dir, tmp_path)
     before = (out / "eval_results.json").read_text()
-    line = error_line(cli("run_classifier.py", clf_args(glue, "CoLA", out)))
+    line = refused(run_classifier, *clf_args(glue, "CoLA", out))
     assert "differs in: task" in line and "--overwrite_output_dir" in line and "--output_dir" in line
-    line = error_line(cli("run_classifier.py", clf_args(glue, "STS-B", out)))  # a regression head: another shape
+    line = refused(run_classifier, *clf_args(glue, "STS-B", out))  # a regression head: another shape
     assert "task" in line and "model_shape" not in line
-    line = error_line(cli("run_classifier.py", clf_args(glue, "SST-2", out, "--max_seq_length=48")))
+    line = refused(run_classifier, *clf_args(glue, "SST-2", out, "--max_seq_length=48"))
     assert "data.max_seq_length" in line
     assert (out / "eval_results.json").read_text() == before  # nothing overwritten
     # an edited training file is a difference (a resumed iterator would replay the old data)
     data = tmp_path / "sst_edited"
     shutil.copytree(glue / "SST-2", data)
-    r = cli("run_classifier.py", clf_args(glue, "SST-2", out) + [f"--data_dir={data}"])
-    assert "train_data" in error_line(r)
+    assert "train_data" in refused(run_classifier, *clf_args(glue, "SST-2", out), f"--data_dir={data}")
     (data / "train.tsv").write_text((data / "train.tsv").read_text().replace("\t1\n", "\t0\n", 1))
     # the same run again resumes (0 steps), as before
-    r = cli("run_classifier.py", clf_args(glue, "SST-2", out), check=0)
+    r = succeeds(run_classifier, *clf_args(glue, "SST-2", out))
     assert "resumed from" in r.stderr
     # --overwrite_output_dir replaces the run: CoLA trains from scratch and is scored with its own metric
-    cli("run_classifier.py", clf_args(glue, "CoLA", out, "--overwrite_output_dir"), check=0)
+    succeeds(run_classifier, *clf_args(glue, "CoLA", out, "--overwrite_output_dir"))
     res = json.loads((out / "eval_results.json").read_text())
     assert res["step"] == 4 and "mcc" in res, res
     assert json.loads((out / "run_manifest.json").read_text())["task"] == "cola"
@@ -100,16 +69,17 @@ def test_other_task_other_length_edited_data_refuse_and_overwrite_replaces(glue,
 def test_checkpoints_without_manifest_and_foreign_checkpoint(glue, sst2_dir, tmp_path):
     out = copy_run(sst2_dir, tmp_path)
     os.remove(out / "run_manifest.json")  # an older run's directory
-    assert "no run_manifest.json" in error_line(cli("run_classifier.py", clf_args(glue, "SST-2", out)))
+    assert "no run_manifest.json" in refused(run_classifier, *clf_args(glue, "SST-2", out))
     # another run's checkpoints reached through --model_dir (the trainer's own check: tests/test_training.py)
-    cfg = dict(TINY, d_model=32, d_head=16)
+    cfg = dict(TINIEST, d_model=32, d_head=16)
     (tmp_path / "cfg32.json").write_text(json.dumps(cfg))
-    r = cli("run_classifier.py", clf_args(glue, "SST-2", tmp_path / "new") + [
-        f"--model_dir={out / 'model'}", f"--model_config_path={tmp_path / 'cfg32.json'}"])
-    assert "holds checkpoints but no run_manifest.json" in error_line(r)
+    line = refused(run_classifier, *clf_args(glue, "SST-2", tmp_path / "new"), f"--model_dir={out / 'model'}",
+                   f"--model_config_path={tmp_path / 'cfg32.json'}")
+    assert "holds checkpoints but no run_manifest.json" in line
 
 
 # ------------------------------------------------------------------------------------------- one run per dir
+@pytest.mark.slow  # a second process holds the directory
 def test_second_run_fails_fast_and_a_killed_holder_is_taken_over(glue, sst2_dir, tmp_path):
     out = copy_run(sst2_dir, tmp_path)
     args = clf_args(glue, "SST-2", out, "--overwrite_output_dir", steps=100000)
@@ -122,14 +92,14 @@ def test_second_run_fails_fast_and_a_killed_holder_is_taken_over(glue, sst2_dir,
             assert time.time() < deadline and first.poll() is None, first.stderr.read()[-2000:]
             time.sleep(0.2)
         t0 = time.time()
-        line = error_line(cli("run_classifier.py", clf_args(glue, "SST-2", out, steps=100000)))
+        line = refused(run_classifier, *clf_args(glue, "SST-2", out, steps=100000))
         assert f"in use by another run (pid {first.pid})" in line and time.time() - t0 < 60
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait()
     # kill -9 does not block the next run: the dead holder's lock is taken over (its run was killed before its
     # first checkpoint, so its manifest binds nothing)
-    r = cli("run_classifier.py", clf_args(glue, "SST-2", out, steps=2), check=0)
+    r = succeeds(run_classifier, *clf_args(glue, "SST-2", out, steps=2))
     assert "took over the lock" in r.stderr and f"pid {first.pid}" in r.stderr
 
 
@@ -146,8 +116,7 @@ def test_dead_runs_temporaries_are_removed_and_outputs_get_normal_permissions(gl
     live.write_bytes(b"x")
     old = os.umask(0o022)
     try:
-        r = cli("run_classifier.py", clf_args(glue, "SST-2", out) + [f"--export_dir={tmp_path / 'export'}"],
-                check=0)
+        r = succeeds(run_classifier, *clf_args(glue, "SST-2", out), f"--export_dir={tmp_path / 'export'}")
     finally:
         os.umask(old)
     assert "removed 3 temporaries" in r.stderr
@@ -163,20 +132,19 @@ def test_dead_runs_temporaries_are_removed_and_outputs_get_normal_permissions(gl
 def test_bad_inputs_get_one_line_before_training(glue, tmp_path):
     not_spm = tmp_path / "spiece.model"
     not_spm.write_text("not a model")
-    line = error_line(cli("run_classifier.py", clf_args(glue, "SST-2", tmp_path / "a") +
-                          [f"--spiece_model_file={not_spm}"]))
+    line = refused(run_classifier, *clf_args(glue, "SST-2", tmp_path / "a"), f"--spiece_model_file={not_spm}")
     assert str(not_spm) in line and "not a SentencePiece model" in line
-    (tmp_path / "small.json").write_text(json.dumps(dict(TINY, n_token=1000)))
-    line = error_line(cli("run_classifier.py", clf_args(glue, "SST-2", tmp_path / "b") +
-                          [f"--model_config_path={tmp_path / 'small.json'}"]))
+    (tmp_path / "small.json").write_text(json.dumps(dict(TINIEST, n_token=1000)))
+    line = refused(run_classifier, *clf_args(glue, "SST-2", tmp_path / "b"),
+                   f"--model_config_path={tmp_path / 'small.json'}")
     assert "32000 pieces" in line and "n_token=1000" in line
-    (tmp_path / "typo.json").write_text(json.dumps(dict(TINY, mem_lne=16)))
-    line = error_line(cli("run_classifier.py", clf_args(glue, "SST-2", tmp_path / "c") +
-                          [f"--model_config_path={tmp_path / 'typo.json'}"]))
+    (tmp_path / "typo.json").write_text(json.dumps(dict(TINIEST, mem_lne=16)))
+    line = refused(run_classifier, *clf_args(glue, "SST-2", tmp_path / "c"),
+                   f"--model_config_path={tmp_path / 'typo.json'}")
     assert "'mem_lne'" in line and "did you mean 'mem_len'" in line
-    (tmp_path / "str.json").write_text(json.dumps(dict(TINY, untie_r="false")))
-    line = error_line(cli("run_classifier.py", clf_args(glue, "SST-2", tmp_path / "d") +
-                          [f"--model_config_path={tmp_path / 'str.json'}"]))
+    (tmp_path / "str.json").write_text(json.dumps(dict(TINIEST, untie_r="false")))
+    line = refused(run_classifier, *clf_args(glue, "SST-2", tmp_path / "d"),
+                   f"--model_config_path={tmp_path / 'str.json'}")
     assert "untie_r" in line and "JSON boolean" in line
     # a malformed dev.tsv fails before the first training step
     data = tmp_path / "sst"
@@ -184,18 +152,18 @@ def test_bad_inputs_get_one_line_before_training(glue, tmp_path):
     with open(data / "dev.tsv", "a", encoding="utf-8") as f:
         f.write("a sentence without a label\n")
     out = tmp_path / "e"
-    line = error_line(cli("run_classifier.py", clf_args(glue, "SST-2", out) + [f"--data_dir={data}"]))
+    line = refused(run_classifier, *clf_args(glue, "SST-2", out), f"--data_dir={data}")
     assert "dev.tsv" in line and not list((out / "model").glob("ckpt-*"))
 
 
 def test_empty_pretraining_corpus(tmp_path):
     (tmp_path / "blank.txt").write_text("\n   \n\n")
-    (tmp_path / "cfg.json").write_text(json.dumps(TINY))
-    line = error_line(cli("run_pretrain.py", [
-        f"--train_input={tmp_path / 'blank.txt'}", f"--spiece_model_file={shared_path('spiece', 'spiece.model')}",
+    (tmp_path / "cfg.json").write_text(json.dumps(TINIEST))
+    line = refused(
+        run_pretrain, f"--train_input={tmp_path / 'blank.txt'}", f"--spiece_model_file={shared_path('spiece', 'spiece.model')}",
         f"--model_config_path={tmp_path / 'cfg.json'}", f"--model_dir={tmp_path / 'run'}",
         f"--output_dir={tmp_path / 'pretrained'}", "--seq_len=32", "--reuse_len=16", "--perm_size=16",
-        "--num_predict=5", "--train_batch_size=2", "--train_steps=2", "--progress=false"]))
+        "--num_predict=5", "--train_batch_size=2", "--train_steps=2", "--progress=false")
     assert "blank.txt" in line and "no text" in line
 
 
@@ -209,7 +177,7 @@ def test_disk_full_is_one_line_and_keeps_the_last_checkpoint(glue, tmp_path):
         pytest.skip("cannot mount a small tmpfs here (needs root): the disk-full case is not exercised")
     try:
         out = mnt / "out"
-        line = error_line(cli("run_classifier.py", clf_args(glue, "SST-2", out, steps=6)))
+        line = refused(run_classifier, *clf_args(glue, "SST-2", out, steps=6))
         assert "no space left on device" in line
         import tensorflow as tf
         latest = tf.train.latest_checkpoint(str(out / "model"))

@@ -1,5 +1,7 @@
-"""Bad input, second round (issue #35), through the CLIs as a user runs them (tiny model, few steps): silent misreads
-become one line or a warning, a run resumes from any working directory, Ctrl-C says where to resume from."""
+"""Bad input, second round (issue #35), through the CLIs' ``main`` as a user runs them (tiny model, few steps,
+in-process): silent misreads become one line or a warning; in processes of their own, Ctrl-C says where to resume
+from and a run resumes from any working directory. (Serving refuses text that is not UTF-8:
+tests/test_run_classifier.py, on the session's export.)"""
 
 import os
 import shutil
@@ -11,9 +13,10 @@ import time
 import numpy as np
 import pytest
 
+import run_classifier
+from tests.cli_util import refused, succeeds
 from tests.conftest import REPO, shared_path
-from tests.subprocess_util import run_like_a_server
-from tests.test_run_safety import cli, clf_args, error_line, glue  # noqa: F401 (glue: the shared fixture)
+from tests.test_run_safety import clf_args
 
 
 def records(out):
@@ -21,7 +24,6 @@ def records(out):
 
 
 # ------------------------------------------------------------------------------------------- silent misreads
-@pytest.mark.slow
 def test_generic_task_refuses_an_empty_label_cell(glue, tmp_path):
     data = tmp_path / "mine"
     shutil.copytree(glue / "SST-2", data)
@@ -30,26 +32,9 @@ def test_generic_task_refuses_an_empty_label_cell(glue, tmp_path):
     lines[5] = text + "\t"  # line 6 of the file: an empty label cell
     (data / "train.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
     out = tmp_path / "out"
-    line = error_line(cli("run_classifier.py", clf_args(glue, "generic", out) + [
-        f"--data_dir={data}", "--text_a_column=sentence"]))
+    line = refused(run_classifier, *clf_args(glue, "generic", out), f"--data_dir={data}", "--text_a_column=sentence")
     assert f"{data / 'train.tsv'}, line 6: field 'label': expected a label, got an empty cell" in line, line
     assert records(out) == []
-
-
-@pytest.mark.slow
-def test_serving_refuses_bytes_that_are_not_utf8(glue, tmp_path):
-    out, export = tmp_path / "out", tmp_path / "export"
-    cli("run_classifier.py", clf_args(glue, "SST-2", out, steps=1) + [f"--export_dir={export}", "--nodo_eval"],
-        check=0)
-    run_like_a_server(f"""
-serve = tf.saved_model.load({str(export)!r}).signatures["serving_default"]
-assert serve(text_a=tf.constant(["a fine film", "dull"]))["label"].shape == (2,)
-try:
-    serve(text_a=tf.constant([b"a fine film", b"\\xff\\xfe bad"]))
-    raise SystemExit("invalid UTF-8 got a label")
-except tf.errors.InvalidArgumentError as e:
-    assert "input is not valid UTF-8: row 1" in e.message, e.message
-""", tmp_path)
 
 
 def test_every_in_graph_tokenisation_checks_utf8():
@@ -71,41 +56,36 @@ def test_every_in_graph_tokenisation_checks_utf8():
 
 
 # ------------------------------------------------------------------------------------------- one line, at once
-@pytest.mark.slow
 @pytest.mark.parametrize("flag", ["train_batch_size", "eval_batch_size", "predict_batch_size", "grad_accum_steps"])
 def test_batch_sizes_below_one_are_one_line(glue, tmp_path, flag):
     out = tmp_path / "out"
-    line = error_line(cli("run_classifier.py", clf_args(glue, "SST-2", out) + [f"--{flag}=0"]))
+    line = refused(run_classifier, *clf_args(glue, "SST-2", out), f"--{flag}=0")
     assert f"--{flag}=0" in line and "not a positive integer" in line, line
     assert not out.exists()
 
 
-@pytest.mark.slow
 def test_schedule_and_checkpoint_flags_are_one_line(glue, tmp_path):
     for lr in ("-1e-3", "0"):
-        line = error_line(cli("run_classifier.py", clf_args(glue, "SST-2", tmp_path / "a") + [f"--learning_rate={lr}"]))
+        line = refused(run_classifier, *clf_args(glue, "SST-2", tmp_path / "a"), f"--learning_rate={lr}")
         assert f"--learning_rate={float(lr):g}: expected > 0 to train" in line, line
     assert records(tmp_path / "a") == []
     missing = tmp_path / "nowhere" / "xlnet_model.ckpt"
-    line = error_line(cli("run_classifier.py", clf_args(glue, "SST-2", tmp_path / "b") +
-                          [f"--init_checkpoint={missing}"]))
+    line = refused(run_classifier, *clf_args(glue, "SST-2", tmp_path / "b"), f"--init_checkpoint={missing}")
     assert f"--init_checkpoint={missing}: no such checkpoint" in line, line
     assert not (tmp_path / "b").exists()
 
 
-@pytest.mark.slow
 def test_a_length_beyond_the_machines_memory_is_refused_before_features(glue, tmp_path):
     out = tmp_path / "out"
-    line = error_line(cli("run_classifier.py", clf_args(glue, "SST-2", out) + ["--max_seq_length=100000"]))
+    line = refused(run_classifier, *clf_args(glue, "SST-2", out), "--max_seq_length=100000")
     assert "--max_seq_length=100000 with --train_batch_size=8: training is estimated to need" in line, line
     assert "GiB (xlnet_tf.ram), this machine has" in line and "--nocheck_memory" in line
     assert records(out) == []
 
 
-@pytest.mark.slow
 def test_legal_but_unintended_settings_warn(glue, tmp_path):
-    r = cli("run_classifier.py", clf_args(glue, "SST-2", tmp_path / "out", steps=2) + [
-        "--max_seq_length=3", "--warmup_steps=10"], check=0)
+    r = succeeds(run_classifier, *clf_args(glue, "SST-2", tmp_path / "out", steps=2), "--max_seq_length=3",
+                 "--warmup_steps=10")
     assert "--warmup_steps=10 > --train_steps=2: the peak learning rate 2e-05 is never reached" in r.stderr
     # a single text keeps max_seq_length - 2 = 1 piece: every sentence of more than one piece is truncated,
     # counted per split as the features are written

@@ -17,7 +17,9 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, shared_path, tiny
+import run_squad
+from tests.cli_util import call, succeeds
+from tests.conftest import shared_path, tiny
 
 TINY = tiny()
 L, QLEN, STRIDE = 128, 32, 64
@@ -34,12 +36,9 @@ LONG_CONTEXT = " ".join(["Melbourne is the capital of Victoria and its most popu
                                                           f"football in the year {1900 + i}." for i in range(40)])
 
 
-def run_cli(args, timeout=900, check=True):
-    r = subprocess.run([sys.executable, "run_squad.py"] + args, cwd=REPO, capture_output=True, text=True,
-                       timeout=timeout, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    if check and r.returncode != 0:
-        raise AssertionError(f"run_squad.py failed ({r.returncode}):\n{r.stderr[-4000:]}")
-    return r
+def run_cli(args):
+    """run_squad.py's ``main`` in-process (tests/cli_util.py); it must succeed."""
+    return succeeds(run_squad, *args)
 
 
 def _question_ids(obj):
@@ -264,7 +263,6 @@ def _doc(context="Bob ran home.", question="Who ran?", answers=({"text": "Bob", 
     (json.dumps(_doc(context="   ")), "data[0].paragraphs[0].context"),
     (json.dumps(_doc(question="")), "data[0].paragraphs[0].qas[0].question"),
 ])
-@pytest.mark.slow
 @pytest.mark.parametrize("which", ["train_file", "predict_file"])
 def test_bad_input_exits_2_naming_file_and_field(tmp_path, content, where, which):
     bad = tmp_path / "bad.json"
@@ -272,11 +270,11 @@ def test_bad_input_exits_2_naming_file_and_field(tmp_path, content, where, which
     good = tmp_path / "good.json"
     good.write_text(json.dumps(_doc()))
     files = {"train_file": str(good), "predict_file": str(good), which: str(bad)}
-    r = run_cli([f"--train_file={files['train_file']}", f"--predict_file={files['predict_file']}", "--do_train",
-                 "--do_predict", f"--output_dir={tmp_path / 'out'}", "--model_config_path=tiny",
-                 "--spiece_model_file=unused.model"], timeout=120, check=False)
-    assert r.returncode == 2, r.stderr[-2000:]
-    assert str(bad) in r.stderr and where in r.stderr, r.stderr[-2000:]
+    r = call(run_squad, f"--train_file={files['train_file']}", f"--predict_file={files['predict_file']}",
+             "--do_train", "--do_predict", f"--output_dir={tmp_path / 'out'}", "--model_config_path=tiny",
+             "--spiece_model_file=unused.model")
+    assert r.code == 2, r.stderr[-2000:]
+    assert str(bad) in r.error and where in r.error, r.error
 
 
 ALIGNMENT_CASES = [UNICODE_CONTEXT, LONG_CONTEXT[:300], "", "   ", "a", "```` ''' `` x", "1,000,000, and 2,3,",
