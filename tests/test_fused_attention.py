@@ -11,7 +11,8 @@ import tensorflow as tf
 
 from xlnet_tf import XLNetConfig, XLNetModel, accel, ops
 from xlnet_tf.accel import chunks, kernels
-from xlnet_tf.masks import attention_masks, segment_diff
+from xlnet_tf.attention import rel_shift
+from xlnet_tf.masks import attention_masks, mask_value, segment_diff
 
 OP = kernels.load()
 NO_KERNELS = "xla,chunks"  # every acceleration but the kernels
@@ -22,12 +23,17 @@ def reference_attention(q, k, v, kr, rw, rr, rs, seg, diff, blocked, scale, keep
     """The graph's attention core (``attention.rel_attn_core``' ops, heads transposed) on [b, len, n, h] inputs,
     kr [r, n, h]; with ``keep`` [b, n, q, k] the attention dropout. Returns the output and the probabilities."""
     t = lambda x: tf.transpose(x, [0, 2, 1, 3])
-    biases = [rw, rr] + ([rs] if diff is not None else [])
-    qw, qr, *qs = ops.query_terms(t(q), biases, scale)
-    ac = tf.matmul(qw, t(k), transpose_b=True)
-    bd = tf.matmul(qr, tf.transpose(kr, [1, 0, 2]), transpose_b=True)
-    ef = None if diff is None else tf.matmul(qs[0], tf.transpose(seg, [1, 2, 0]))
-    prob = ops.attention_probs(ac, bd, ef, diff, blocked)
+    s = tf.cast(scale, q.dtype)
+    qs = t(q) * s
+    ac = tf.matmul(qs + tf.expand_dims(rw, 1) * s, t(k), transpose_b=True)
+    bd = tf.matmul(qs + tf.expand_dims(rr, 1) * s, tf.transpose(kr, [1, 0, 2]), transpose_b=True)
+    score = ac + rel_shift(bd, tf.shape(ac)[-1])
+    if diff is not None:
+        ef = tf.matmul(qs + tf.expand_dims(rs, 1) * s, tf.transpose(seg, [1, 2, 0]))
+        score += tf.where(tf.expand_dims(diff, 1), ef[..., 1:], ef[..., :1])
+    if blocked is not None:
+        score = tf.where(tf.expand_dims(blocked, 1), tf.cast(mask_value(score.dtype), score.dtype), score)
+    prob = tf.nn.softmax(score, axis=-1)
     dropped = prob if keep is None else ops.apply_keep(prob, keep, rate)
     return t(tf.matmul(dropped, t(v))), prob
 

@@ -1,4 +1,5 @@
-"""The rooms' import rule: the model library (xlnet_tf/) imports nothing from the rooms above it."""
+"""The rooms' import rules: the model library (xlnet_tf/) imports nothing from the rooms above it, and the plain
+math of the model imports nothing from its speed paths (xlnet_tf/accel: they are handed in, xlnet_tf/paths.py)."""
 
 import ast
 import os
@@ -7,21 +8,35 @@ import pytest
 
 from tests.conftest import REPO
 
-ABOVE = ("heads", "tasks", "data", "run_common", "run_state")
+ABOVE = ("heads", "tasks", "data", "run_common", "run_state", "run_flags", "run_main")
+# The model's math, read top to bottom (modeling -> block -> attention / feedforward -> ops, encodings, masks).
+PLAIN_MATH = ("modeling.py", "block.py", "attention.py", "feedforward.py", "encodings.py", "ops.py", "masks.py")
+
+
+def _imports(path):
+    """(line, module) of every import in ``path`` (inside functions too), ``from a import b`` also as a.b."""
+    for node in ast.walk(ast.parse(open(path, encoding="utf-8").read(), path)):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, a.name) for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            yield node.lineno, node.module or ""
+            yield from ((node.lineno, f"{node.module}.{a.name}") for a in node.names)
 
 
 def test_library_imports_nothing_from_the_rooms_above():
     found = []
     for root, _, files in os.walk(os.path.join(REPO, "xlnet_tf")):
         for name in files:
-            if not name.endswith(".py"):
-                continue
-            path = os.path.join(root, name)
-            for node in ast.walk(ast.parse(open(path, encoding="utf-8").read(), path)):
-                modules = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                           else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
-                found += [f"{os.path.relpath(path, REPO)}:{node.lineno} {m}" for m in modules
+            if name.endswith(".py"):
+                path = os.path.join(root, name)
+                found += [f"{os.path.relpath(path, REPO)}:{line} {m}" for line, m in _imports(path)
                           if m.split(".")[0] in ABOVE]
+    assert not found, found
+
+
+def test_the_plain_math_imports_no_speed_path():
+    found = [f"xlnet_tf/{name}:{line} {m}" for name in PLAIN_MATH
+             for line, m in _imports(os.path.join(REPO, "xlnet_tf", name)) if m.startswith("xlnet_tf.accel")]
     assert not found, found
 
 

@@ -7,9 +7,10 @@ For a query row i and a key j (memory first, then the segment) the score per hea
 
 scaled by 1/sqrt(d_head), -1e30 where blocked (``masks.py``), softmax over j, attention dropout, times v_j;
 kr = the block's ``r`` projection of the relative positional encodings. ``rel_attn_core`` below is the whole
-core, every input explicit. ``RelativeAttention.call`` projects the keys and values once and runs the content
-stream h (over memory and content) and the query stream g (pretraining: the same keys and values, its own mask)
-through it, or through the acceleration ``LayerInputs.accel`` chose (``xlnet_tf.accel``).
+core, every input explicit, top to bottom. ``RelativeAttention.call`` projects the keys and values once and runs
+the content stream h (over memory and content) and the query stream g (pretraining: the same keys and values, its
+own mask) through it; the call's ``LayerInputs.paths`` may hand in another core of the same signature (fused,
+query-chunked) or the compiled attention (``xlnet_tf/paths.py``): one visible branch each.
 
 Weights follow the original checkpoint: q/k/v/r/o kernels [d_model, n_head, d_head] (no biases), the
 r_w/r_r/r_s biases [n_head, d_head] (this block's with ``untie_r``, else the model's shared ones), the block's
@@ -25,9 +26,10 @@ from typing import Dict, NamedTuple, Optional, Union
 import keras
 import tensorflow as tf
 
-from xlnet_tf.accel import Choice, chunks, fused_attention
 from xlnet_tf.encodings import PositionalBasis, SegmentEncoding
-from xlnet_tf.ops import OpsTable
+from xlnet_tf.masks import mask_value
+from xlnet_tf.ops import dropout
+from xlnet_tf.paths import Paths
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +40,7 @@ class LayerInputs:
     dropout, 2 with bi_data, else 1) or, without dropout on them, a ``PositionalBasis``; ef_diff: [b, q, klen] bool
     (key in another segment) or None (no segment term); content_blocked / query_blocked: bool [b|1, q, klen]
     (True = may not attend) or None; target_mapping: [b, m, q] in the compute dtype or None; seed: this block's
-    dropout seed (None: no dropout); training: the model's flag; accel: the accelerations chosen for this pass.
+    dropout seed (None: no dropout); training: the model's flag; paths: what this pass runs (``xlnet_tf/paths.py``).
     """
     pos_emb: Union[tf.Tensor, PositionalBasis]
     ef_diff: Optional[tf.Tensor]
@@ -47,7 +49,7 @@ class LayerInputs:
     target_mapping: Optional[tf.Tensor]
     seed: Optional[tf.Tensor]
     training: bool
-    accel: Choice
+    paths: Paths
 
     def for_block(self, index: int) -> "LayerInputs":
         """The same inputs with block ``index``'s own dropout seed."""
@@ -64,23 +66,54 @@ class KeyValueMemory(NamedTuple):
     v: tf.Tensor
 
 
+def rel_shift(x: tf.Tensor, klen) -> tf.Tensor:
+    """[b, n, q, r] -> [b, n, q, klen]: afterwards (i, j) holds the score for distance mlen + i - j.
+
+    ``tf.slice`` rather than ``x[...]``: the gradient of Slice is a Pad, the gradient of StridedSlice a
+    StridedSliceGrad that was ~8x slower here (the backward of this op dominated the attention's).
+    """
+    b, n, q, r = tf.unstack(tf.shape(x))
+    x = tf.reshape(x, tf.stack([b, n, r, q]))
+    x = tf.slice(x, [0, 0, 1, 0], [-1, -1, -1, -1])
+    x = tf.reshape(x, tf.stack([b, n, q, r - 1]))
+    return tf.slice(x, [0, 0, 0, 0], tf.stack([-1, -1, -1, klen]))
+
+
+def positional_scores(qr, kr):
+    """qr [b, n, q, h] against kr [pb, n, r, h] -> [b, n, q, r]: the consecutive b/pb examples of each group of
+    the batch read their group's encodings ([pb, b/pb, n, q, h] x [pb, 1, n, r, h])."""
+    shape, pb = tf.shape(qr), tf.shape(kr)[0]
+    qr = tf.reshape(qr, tf.concat([[pb, shape[0] // pb], shape[1:]], axis=0))
+    bd = tf.matmul(qr, tf.expand_dims(kr, 1), transpose_b=True)
+    return tf.reshape(bd, tf.concat([shape[:3], tf.shape(bd)[-1:]], axis=0))
+
+
 def rel_attn_core(q, k, v, kr, r_w, r_r, r_s, seg_embed, ef_diff, blocked, scale: float, dropatt: float, seed,
-                  salt: int, ops: OpsTable):
+                  salt: int):
     """Relative attention for queries q [b, n, q, h] over keys and values k, v [b, n, k, h]: [b, n, q, h].
 
     kr: [pb, n, r, h] projected positional encodings, consecutive examples grouped per encoding (pb = 1 shared
     by the batch, 2 one per half with bi_data, b one per example); r_w, r_r, r_s: [n, h]; seg_embed: [2, n, h];
     ef_diff: [b, q, k] bool or None (no segment term); blocked: bool [b|1, q, k] or None; dropout ``dropatt``
-    with ``seed`` (None: none) at site ``salt``.
+    with ``seed`` (None: none) at site ``salt``. The scale goes on the (small) query side, not on the scores.
     """
-    qw, qr, *qs = ops.query_terms(q, (r_w, r_r, r_s) if ef_diff is not None else (r_w, r_r), scale)
-    ac = tf.matmul(qw, k, transpose_b=True)  # [b, n, q, k]
-    shape, pb = tf.shape(qr), tf.shape(kr)[0]  # [b, n, q, h] as [pb, b/pb, n, q, h] x [pb, 1, n, r, h]
-    qr = tf.reshape(qr, tf.concat([[pb, shape[0] // pb], shape[1:]], axis=0))
-    bd = tf.matmul(qr, tf.expand_dims(kr, 1), transpose_b=True)
-    bd = tf.reshape(bd, tf.concat([shape[:3], tf.shape(bd)[-1:]], axis=0))  # [b, n, q, r]
-    ef = None if ef_diff is None else tf.matmul(qs[0], tf.transpose(seg_embed, [1, 2, 0]))  # [b, n, q, 2]
-    prob = ops.attention_probs(ac, bd, ef, ef_diff, blocked, dropatt, seed, salt)
+    s = tf.cast(scale, q.dtype)
+    qs = q * s
+    biased = lambda b: qs + tf.expand_dims(b, 1) * s  # noqa: E731  (q + b) s, b [n, h]
+    # AC: content term
+    ac = tf.matmul(biased(r_w), k, transpose_b=True)  # [b, n, q, k]
+    # BD: position term, every query against every distance, then shifted to (query, key)
+    bd = positional_scores(biased(r_r), kr)  # [b, n, q, r]
+    score = ac + rel_shift(bd, tf.shape(ac)[-1])
+    # EF: segment term, one score for "same segment" and one for "different", picked per key
+    if ef_diff is not None:
+        ef = tf.matmul(biased(r_s), tf.transpose(seg_embed, [1, 2, 0]))  # [b, n, q, 2]
+        ef_same, ef_other = tf.split(ef, 2, axis=-1)
+        score = score + tf.where(tf.expand_dims(ef_diff, 1), ef_other, ef_same)
+    if blocked is not None:
+        score = tf.where(tf.expand_dims(blocked, 1), tf.cast(mask_value(score.dtype), score.dtype), score)
+    prob = tf.cast(tf.nn.softmax(tf.cast(score, tf.float32), axis=-1), q.dtype)  # softmax in float32
+    prob = dropout(prob, dropatt, seed, salt)
     return tf.matmul(prob, v)  # [b, n, q, h]
 
 
@@ -193,36 +226,32 @@ class RelativeAttention(keras.layers.Layer):
     def keys(self, h, mem, inputs: LayerInputs):
         """The keys, values and projected positional encodings of this call over the memory (hidden states, a
         ``KeyValueMemory`` or None) and h, shared by both streams: the graph's k, v [b, n, k, h] and kr
-        [pb, n, r, h], or the kernels' (``fused_attention.keys``)."""
+        [pb, n, r, h], or the compiled attention's (``paths.kernel.keys``)."""
         if isinstance(mem, KeyValueMemory):
             k = tf.concat([mem.k, self.project(h, self.k)], axis=1)
             v = tf.concat([mem.v, self.project(h, self.v)], axis=1)
         else:
             cat = h if mem is None else tf.concat([tf.cast(mem, h.dtype), h], axis=1)
             k, v = self.project(cat, self.k), self.project(cat, self.v)
-        if inputs.accel.kernel is not None:
-            return fused_attention.keys(self, k, v, inputs)
+        if inputs.paths.kernel is not None:  # the compiled attention, its own layout
+            return inputs.paths.kernel.keys(self, k, v, inputs)
         return (self.split_heads(k), self.split_heads(v),
                 self.split_heads(self.positional_rows(inputs.pos_emb, k.dtype)))
 
     def attend(self, q, keys, blocked, inputs: LayerInputs, salt: int):
-        """Queries [b, s, n*h] over ``keys`` -> [b, s, n*h]: ``rel_attn_core``, in query chunks when chosen,
-        or the kernels."""
-        if inputs.accel.kernel is not None:
-            return fused_attention.attend(self, q, keys, blocked, inputs, salt)
+        """Queries [b, s, n*h] over ``keys`` -> [b, s, n*h]: ``rel_attn_core`` (or the core of the same signature
+        the paths hand in), or the compiled attention."""
+        if inputs.paths.kernel is not None:
+            return inputs.paths.kernel.attend(self, q, keys, blocked, inputs, salt)
+        core = inputs.paths.core or rel_attn_core
         k, v, kr = keys
         r_w, r_r, r_s, seg_embed = self.biases()
-
-        def core(q, kr, ef_diff, blocked, salt):
-            return rel_attn_core(q, k, v, kr, r_w, r_r, r_s, seg_embed, ef_diff, blocked, self.scale,
-                                 self.config.dropatt, inputs.seed, salt, inputs.accel.ops)
-
-        vec = chunks.attend(core, self.split_heads(q), tf.shape(k)[2], kr, inputs.ef_diff, blocked, salt,
-                            inputs.accel.chunk)
+        vec = core(self.split_heads(q), k, v, kr, r_w, r_r, r_s, seg_embed, inputs.ef_diff, blocked, self.scale,
+                   self.config.dropatt, inputs.seed, salt)
         return self.merge_heads(vec)
 
     def output(self, x, vec, inputs: LayerInputs, salt: int):
         """vec [b, s, n*h] -> output projection, dropout, residual, LayerNorm: [b, s, d]."""
         c = self.config
-        return inputs.accel.ops.dropout_add_layer_norm(self.project(vec, self.o, transpose=True), x, self.ln_gamma,
+        return inputs.paths.ops.dropout_add_layer_norm(self.project(vec, self.o, transpose=True), x, self.ln_gamma,
                                                        self.ln_beta, c.layer_norm_eps, c.dropout, inputs.seed, salt)

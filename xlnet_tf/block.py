@@ -26,6 +26,6 @@ class XLNetBlock(keras.layers.Layer):
 
     def call(self, h, g, mem, inputs: LayerInputs):
         h, g = self.rel_attn(h, g, mem, inputs=inputs)
-        seed, ops = inputs.seed, inputs.accel.ops
+        seed, ops = inputs.seed, inputs.paths.ops
         h = self.ff(h, seed=seed, ops=ops, salt=3)
         return h, (None if g is None else self.ff(g, seed=seed, ops=ops, salt=7))

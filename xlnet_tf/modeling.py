@@ -7,7 +7,7 @@ from typing import Dict, List, Optional, Sequence
 import keras
 import tensorflow as tf
 
-from xlnet_tf import accel
+from xlnet_tf import paths
 from xlnet_tf.attention import KeyValueMemory, LayerInputs
 from xlnet_tf.block import XLNetBlock
 from xlnet_tf.config import XLNetConfig
@@ -44,8 +44,8 @@ class XLNetModel(keras.Model):
     ``masks.py``; ``mems`` may also be each layer's ``attention.KeyValueMemory``, generation's cache, which its
     owner keeps: no ``new_mems`` then); with ``output_hidden_states=True`` also ``hidden_states``: the content stream
     entering block 0 (the embeddings) and leaving each block, n_layer + 1 tensors [b, q, d] (before the output
-    dropout). Mask conventions: see ``xlnet_tf/masks.py``. The run option ``config.accelerate`` names the
-    accelerations; ``accel.choose`` decides once per call which apply (``xlnet_tf.accel``).
+    dropout). Mask conventions: see ``xlnet_tf/masks.py``. The run option ``config.accelerate`` names the speed
+    paths; ``paths.choose`` hands in, once per call, what applies (``xlnet_tf/paths.py``).
     """
 
     def __init__(self, config: XLNetConfig, seed: int = 0, name: str = "xlnet", **kwargs):
@@ -151,27 +151,27 @@ class XLNetModel(keras.Model):
 
         dtype = self.compute_dtype
         pos_dropout = seed is not None and c.dropout > 0
-        choice = accel.choose(c, dtype, training, pos_dropout and c.pos_dropout == "per_example")
+        chosen = paths.choose(c, dtype, training, pos_dropout and c.pos_dropout == "per_example")
         query_blocked, content_blocked = attention_masks(qlen, mlen, bsz, padding_mask, perm_mask,
                                                          c.attn_type, c.same_length,
                                                          mem_padding_mask if mems is not None else None)
         if target_mapping is not None:
             target_mapping = tf.cast(target_mapping, dtype)
         inputs = LayerInputs(
-            pos_emb=self.positional_encoding(qlen, klen, bsz, seed=seed, ops=choice.ops),
+            pos_emb=self.positional_encoding(qlen, klen, bsz, seed=seed, ops=chosen.ops),
             ef_diff=segment_diff(segment_ids, mlen) if segment_ids is not None else None,
             content_blocked=content_blocked, query_blocked=query_blocked, target_mapping=target_mapping,
-            seed=seed, training=training, accel=choice)
+            seed=seed, training=training, paths=chosen)
 
         h = tf.gather(tf.cast(self.word_embedding, dtype), input_ids)
         if mask_emb_positions is not None:
             h = tf.where(tf.cast(mask_emb_positions, tf.bool)[..., None], tf.cast(self.mask_emb, dtype), h)
-        h = choice.ops.dropout(h, c.dropout, seed, 1)
+        h = chosen.ops.dropout(h, c.dropout, seed, 1)
         g = None
         if target_mapping is not None:
             num_predict = tf.shape(target_mapping)[1]
             g = tf.tile(tf.cast(self.mask_emb, dtype), tf.stack([bsz, num_predict, 1]))
-            g = choice.ops.dropout(g, c.dropout, seed, 2)
+            g = chosen.ops.dropout(g, c.dropout, seed, 2)
 
         new_mems: List[tf.Tensor] = []
         hidden = [h]
@@ -185,11 +185,11 @@ class XLNetModel(keras.Model):
                 h, g = block(h, g, mem, inputs=inputs.for_block(i))
             hidden.append(h)
 
-        out = {"sequence_output": choice.ops.dropout(h, c.dropout, seed, 4)}
+        out = {"sequence_output": chosen.ops.dropout(h, c.dropout, seed, 4)}
         if output_hidden_states:
             out["hidden_states"] = hidden
         if g is not None:
-            out["query_output"] = choice.ops.dropout(g, c.dropout, seed, 5)
+            out["query_output"] = chosen.ops.dropout(g, c.dropout, seed, 5)
         if c.mem_len > 0 and not projected:
             out["new_mems"] = new_mems
         return out

@@ -1,8 +1,9 @@
-"""The math of XLNet's layers as plain TensorFlow ops: activation, dropout, LayerNorm, relative attention scores.
+"""The elementwise math of XLNet's layers as plain TensorFlow ops: activation, dropout, LayerNorm.
 
 The layers call these through an ops table (``OpsTable``: ``PLAIN`` here; ``xlnet_tf.accel.fusions.FUSED`` has the
-same functions as XLA clusters with hand-written gradients), the one ``xlnet_tf.accel.choose`` picks for a forward
-pass. Everything is batch-major ([batch, len, ...]).
+same functions as XLA clusters with hand-written gradients), the one the forward pass's ``Paths`` hand in
+(``xlnet_tf/paths.py``). The attention score is ``attention.rel_attn_core``. Everything is batch-major
+([batch, len, ...]).
 
 Dropout convention, one for every site: a site's seed is ``stateless_fold_in(seed, salt)``; its keep mask is
 ``bits >= round(rate * 2^32)`` over uint32 bits from XLA's ThreeFry for that seed and the tensor's shape
@@ -15,11 +16,9 @@ the plain and the accelerated ops draw the same masks.
 from __future__ import annotations
 
 import sys
-from typing import Optional, Protocol, Sequence, Tuple
+from typing import Optional, Protocol
 
 import tensorflow as tf
-
-from xlnet_tf.masks import mask_value
 
 
 def xla(fn):
@@ -101,52 +100,6 @@ def dropout_add_layer_norm(h, x, gamma, beta, eps: float, rate: float, seed: Opt
     return layer_norm(dropout(h, rate, seed, salt) + x, gamma, beta, eps)
 
 
-# ---------------------------------------------------------------------------------------------- attention
-def query_terms(q, biases, scale: float):
-    """The biased, scaled queries of relative attention, ((q + r_w) s, (q + r_r) s[, (q + r_s) s]) with
-    s = 1/sqrt(d_head); q [b, n, q, h], each bias [n, h]. The scale goes on the (small) query side instead of
-    the [b, n, q, k] scores."""
-    s = tf.cast(scale, q.dtype)
-    qs = q * s
-    return tuple(qs + tf.expand_dims(b, 1) * s for b in biases)
-
-
-def rel_shift(x: tf.Tensor, klen) -> tf.Tensor:
-    """[b, n, q, r] -> [b, n, q, klen]: afterwards (i, j) holds the score for distance mlen + i - j.
-
-    ``tf.slice`` rather than ``x[...]``: the gradient of Slice is a Pad, the gradient of StridedSlice a
-    StridedSliceGrad that was ~8x slower here (the backward of this op dominated the attention's).
-    """
-    b, n, q, r = tf.unstack(tf.shape(x))
-    x = tf.reshape(x, tf.stack([b, n, r, q]))
-    x = tf.slice(x, [0, 0, 1, 0], [-1, -1, -1, -1])
-    x = tf.reshape(x, tf.stack([b, n, q, r - 1]))
-    return tf.slice(x, [0, 0, 0, 0], tf.stack([-1, -1, -1, klen]))
-
-
-def attention_scores(ac, bd, ef, ef_diff, blocked):
-    """The float32 scores [b, n, q, k] that ``attention_probs`` normalises (arguments: see there)."""
-    score = ac + rel_shift(bd, tf.shape(ac)[-1])
-    if ef is not None:
-        ef_same, ef_other = tf.split(ef, 2, axis=-1)  # [b, n, q, 1] each
-        score = score + tf.where(tf.expand_dims(ef_diff, 1), ef_other, ef_same)
-    if blocked is not None:
-        score = tf.where(tf.expand_dims(blocked, 1), tf.cast(mask_value(score.dtype), score.dtype), score)
-    return tf.cast(score, tf.float32)
-
-
-def attention_probs(ac, bd, ef, ef_diff, blocked, rate: float = 0.0, seed: Optional[tf.Tensor] = None,
-                    salt: int = 0):
-    """Scores -> attention probabilities after attention dropout, [b, n, q, k].
-
-    ac: [b, n, q, k] content scores; bd: [b, n, q, r] positional scores before ``rel_shift``; ef: [b, n, q, 2]
-    segment scores (same, different) or None; ef_diff: [b, q, k] bool; blocked: bool [b|1, q, k] or None.
-    Scores arrive already scaled by 1/sqrt(d_head); the softmax runs in float32.
-    """
-    prob = tf.cast(tf.nn.softmax(attention_scores(ac, bd, ef, ef_diff, blocked), axis=-1), ac.dtype)
-    return dropout(prob, rate, seed, salt)
-
-
 def rows(x, axis: int, start: int, end: int):
     """x[..., start:end, ...] along ``axis`` via ``tf.slice`` (its gradient is a cheap Pad)."""
     begin = [0] * axis + [start]
@@ -168,10 +121,6 @@ class OpsTable(Protocol):
     def dropout_add_layer_norm(self, h, x, gamma, beta, eps: float, rate: float, seed: Optional[tf.Tensor],
                                salt: int, bias=None) -> tf.Tensor: ...
 
-    def query_terms(self, q, biases: Sequence[tf.Tensor], scale: float) -> Tuple[tf.Tensor, ...]: ...
-
-    def attention_probs(self, ac, bd, ef, ef_diff, blocked, rate: float = 0.0, seed: Optional[tf.Tensor] = None,
-                        salt: int = 0) -> tf.Tensor: ...
 
 
 # The plain table is this module: its functions above have the ``OpsTable`` names.

@@ -10,7 +10,8 @@ False (the plain TensorFlow ops of ``xlnet_tf.ops`` and the layers only), or a c
 * ``chunks`` (``chunks``): bidirectional attention computed in query chunks.
 
 What applies to a forward pass is decided here and only here, by ``choose`` (called once per
-``XLNetModel.call``; the layers read its ``Choice`` from their inputs). Each module's docstring gives its measured
+``XLNetModel.call`` through ``xlnet_tf.paths.choose``; the layers read the ``Paths`` it returns from their inputs
+and import nothing from here). Each module's docstring gives its measured
 gain (PERFORMANCE.md "Accelerations"; ``benchmarks/ab_switches.py`` measures one against another). Outputs agree
 with the plain ops within float32 rounding (tests/test_fused_attention.py holds it).
 """
@@ -18,14 +19,15 @@ with the plain ops within float32 rounding (tests/test_fused_attention.py holds 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 from typing import Optional
 
 import tensorflow as tf
 
-from xlnet_tf import ops
+from xlnet_tf import attention, ops
 from xlnet_tf.accel import chunks, fusions, kernels
+from xlnet_tf.accel.fused_attention import CompiledAttention
+from xlnet_tf.paths import Paths
 
 _log = logging.getLogger(__name__)
 _portable = False
@@ -56,16 +58,6 @@ def _in_xla_context() -> bool:
     return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
 
 
-@dataclasses.dataclass(frozen=True)
-class Choice:
-    """What runs in one forward pass: ``ops`` the elementwise ops; ``kernel`` the compiled attention ops (or
-    None: the graph's attention, in query chunks of ``chunk`` rows when ``chunk`` > 0); ``why`` in one line."""
-    ops: ops.OpsTable
-    kernel: Optional[object]
-    chunk: int
-    why: str
-
-
 def _kernel_refusal(config, dtype, per_example_pos_dropout: bool) -> Optional[str]:
     """Why the compiled attention may not run in this trace, or None when it may."""
     if "kernels" not in config.accelerations:
@@ -89,20 +81,23 @@ def _kernel_refusal(config, dtype, per_example_pos_dropout: bool) -> Optional[st
     return None
 
 
-def choose(config, dtype, training: bool, per_example_pos_dropout: bool) -> Choice:
+def choose(config, dtype, training: bool, per_example_pos_dropout: bool) -> Paths:
     """The accelerations of one forward pass: ``config.accelerations`` less what cannot apply to this trace
-    (compute ``dtype``; ``per_example_pos_dropout``: dropout on the encodings with a mask per example). Logged
-    once per trace (once per distinct choice when eager)."""
+    (compute ``dtype``; ``per_example_pos_dropout``: dropout on the encodings with a mask per example), as the
+    ``Paths`` the layers take. Logged once per trace (once per distinct choice when eager)."""
     names = config.accelerations
     table = fusions.FUSED if "xla" in names else ops.PLAIN
     chunk = chunks.CHUNK if "chunks" in names and config.attn_type == "bi" else 0
     refusal = _kernel_refusal(config, dtype, per_example_pos_dropout)
-    kernel = kernels.load() if refusal is None else None
-    attention = (f"kernels ({'training' if training else 'inference'} ops)" if kernel is not None
-                 else f"graph (no kernels: {refusal})")
+    kernel = CompiledAttention(kernels.load()) if refusal is None else None
+    core = fusions.rel_attn_core if "xla" in names else None
+    if chunk:
+        core = chunks.chunked(core or attention.rel_attn_core, chunk)
+    where = (f"kernels ({'training' if training else 'inference'} ops)" if kernel is not None
+             else f"graph (no kernels: {refusal})")
     rows = f"query chunks of {chunk} rows (from {2 * chunk} rows on)" if chunk else "one piece"
-    why = f"ops {table.name}; attention {attention}, {rows}"
+    why = f"ops {table.name}; attention {where}, {rows}"
     if not tf.executing_eagerly() or why not in _logged:
         _logged.add(why)
         _log.info("xlnet_tf accelerations: %s", why)
-    return Choice(table, kernel, chunk, why)
+    return Paths(ops=table, core=core, kernel=kernel, chunk=chunk, why=why)

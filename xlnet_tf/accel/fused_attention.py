@@ -5,7 +5,8 @@ mask, the softmax (and in training the attention dropout) and P.V of a block are
 scores in cache and reads/writes the heads in their [b, len, n, h] layout (no head transposes). At inference one
 op; in training a forward op that also returns the probabilities and a backward op that computes every gradient
 from them, with the dropout mask drawn as the graph draws it (per query chunk, the same salts: the masks are
-bit-identical). Same formulas as ``attention.rel_attn_core``, another summation order (outputs within ~2e-6 of
+bit-identical). ``CompiledAttention`` is what ``Paths.kernel`` hands the attention layer: its ``keys`` and
+``attend`` replace the layer's. Same formulas as ``attention.rel_attn_core``, another summation order (outputs within ~2e-6 of
 the graph at Base size). ``accel.choose`` decides where they run: they step aside inside XLA-compiled functions
 (XLA cannot compile a custom op), while tracing a SavedModel (``accel.portable_graph``: exports need TensorFlow
 and tensorflow-text only), with bi_data, for per-example positional encodings (dropout on them per example) and
@@ -26,6 +27,19 @@ def _heads(layer, x):
     """[b, s, n*h] -> [b, s, n, h] (a reshape, no copy: the kernels' layout)."""
     c = layer.config
     return tf.reshape(x, tf.concat([tf.shape(x)[:-1], [c.n_head, c.d_head]], axis=0))
+
+
+class CompiledAttention:
+    """The compiled attention ops (``kernels.load()``) as the attention layer calls them (``Paths.kernel``)."""
+
+    def __init__(self, op):
+        self.op = op
+
+    def keys(self, layer, k, v, inputs):
+        return keys(layer, k, v, inputs)
+
+    def attend(self, layer, q, keys_, blocked, inputs, salt):
+        return attend(self.op, layer, q, keys_, blocked, inputs, salt)
 
 
 def keys(layer, k, v, inputs):
@@ -53,9 +67,10 @@ def _keep(layer, q, klen, seed, salt, chunk):
                       for i, (i0, i1) in enumerate(spans)], axis=2)
 
 
-def attend(layer, q, keys, blocked, inputs, salt):
-    """q [b, s, n*h] over ``keys`` -> [b, s, n*h] through the compiled ops (``attention.RelativeAttention.attend``)."""
-    c, op = layer.config, inputs.accel.kernel
+def attend(op, layer, q, keys, blocked, inputs, salt):
+    """q [b, s, n*h] over ``keys`` -> [b, s, n*h] through the compiled ops ``op`` (in place of
+    ``attention.RelativeAttention.attend``'s core)."""
+    c = layer.config
     k, v, pos = keys
     out_shape = tf.shape(q)
     q = _heads(layer, q)
@@ -66,7 +81,7 @@ def attend(layer, q, keys, blocked, inputs, salt):
     if not inputs.training:
         out = op.xlnet_rel_attention(q, k, v, *pos, rw, rr, rs, seg, diff, blocked, scale=layer.scale)
         return tf.reshape(out, out_shape)
-    keep = _keep(layer, q, tf.shape(k)[1], inputs.seed, salt, inputs.accel.chunk)
+    keep = _keep(layer, q, tf.shape(k)[1], inputs.seed, salt, inputs.paths.chunk)
     attrs = dict(scale=layer.scale, keep_scale=1.0 / (1.0 - c.dropatt))
     if inputs.ef_diff is None:  # no segment term: r_s and seg_embed are not used (no gradient, as in the graph)
         rs, seg = tf.stop_gradient(rs), tf.stop_gradient(seg)

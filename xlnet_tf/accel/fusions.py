@@ -6,8 +6,9 @@ adds, selects; the softmax stays on oneDNN, XLA's CPU exp made it 8% slower at 2
 training step the GELU, the dropout masks and the residual add, each with its neighbours. Forward and backward
 are one cluster each (``tf.custom_gradient``); differentiated op by op, ``tf.nn.gelu`` alone makes ~10 passes in
 the backward and TensorFlow's BiasAddGrad and bias-gradient reductions are slow next to the matmuls.
-Same formulas as ``xlnet_tf.ops`` (``FUSED`` has the names of ``ops.PLAIN``); outputs within ~2e-6 of the plain
-ops at Base size. Measured gain (PERFORMANCE.md "Accelerations",
+Same formulas as ``xlnet_tf.ops`` (``FUSED`` has the names of ``ops.PLAIN``) and, for the score, as
+``attention.rel_attn_core`` (``rel_attn_core`` here has its signature); outputs within ~2e-6 of the plain ops at
+Base size. Measured gain (PERFORMANCE.md "Accelerations",
 XLNet-Base): 1.04x per training step at 8x128 and 1.05x at 2x512 inference; neutral at 8x128 inference.
 """
 
@@ -20,6 +21,8 @@ from typing import Optional
 import tensorflow as tf
 
 from xlnet_tf import ops
+from xlnet_tf.attention import positional_scores, rel_shift
+from xlnet_tf.masks import mask_value
 from xlnet_tf.ops import apply_keep, keep_mask, site, xla
 
 _GELU_C = math.sqrt(2.0 / math.pi)
@@ -94,15 +97,34 @@ def _dropout_add_ln_bwd(s, mean, rstd, gamma, keep, dy, rate, bias):
     return (dh, ds, dgamma, dbeta) + (() if bias is None else (_column_sum(dh),))
 
 
+def _query_terms(q, biases, scale: float):
+    """The biased, scaled queries ((q + b) s for each bias b [n, h]) of ``attention.rel_attn_core``."""
+    s = tf.cast(scale, q.dtype)
+    qs = q * s
+    return tuple(qs + tf.expand_dims(b, 1) * s for b in biases)
+
+
 def _query_terms_grad(dys, scale):
-    """Gradients of ``ops.query_terms`` for q and each bias (bias sums over batch and rows in float32)."""
+    """Gradients of ``_query_terms`` for q and each bias (bias sums over batch and rows in float32)."""
     s = tf.cast(scale, dys[0].dtype)
     dbs = [tf.cast(tf.reduce_sum(tf.cast(dy, tf.float32), axis=[0, 2]) * scale, dy.dtype) for dy in dys]
     return (tf.add_n(list(dys)) * s,) + tuple(dbs)
 
 
+def _attention_scores(ac, bd, ef, ef_diff, blocked):
+    """``attention.rel_attn_core``'s score before the softmax, float32 [b, n, q, k]: ac + shifted bd + the segment
+    term (ef [b, n, q, 2]: same, different) picked by ef_diff, blocked keys masked."""
+    score = ac + rel_shift(bd, tf.shape(ac)[-1])
+    if ef is not None:
+        ef_same, ef_other = tf.split(ef, 2, axis=-1)
+        score = score + tf.where(tf.expand_dims(ef_diff, 1), ef_other, ef_same)
+    if blocked is not None:
+        score = tf.where(tf.expand_dims(blocked, 1), tf.cast(mask_value(score.dtype), score.dtype), score)
+    return tf.cast(score, tf.float32)
+
+
 def _rel_shift_grad(d, rlen):
-    """The gradient of ``ops.rel_shift``: [b, n, q, klen] -> [b, n, q, rlen] (zeros where nothing was read)."""
+    """The gradient of ``attention.rel_shift``: [b, n, q, klen] -> [b, n, q, rlen] (zeros where nothing was read)."""
     b, n, q, k = tf.unstack(tf.shape(d))
     d = tf.pad(d, tf.stack([[0, 0], [0, 0], [0, 0], [0, rlen - 1 - k]]))
     d = tf.reshape(d, tf.stack([b, n, rlen - 1, q]))
@@ -131,7 +153,7 @@ _gelu_tanh_value_xla = xla(_gelu_tanh_value)
 _gelu_tanh_grad_xla = xla(_gelu_tanh_grad)
 _ln_forward_xla = xla(_ln_forward)
 _ln_backward_xla = xla(_ln_backward)
-_query_terms_xla = xla(ops.query_terms)
+_query_terms_xla = xla(_query_terms)
 _query_terms_grad_xla = xla(_query_terms_grad)
 _apply_keep_xla = xla(apply_keep)
 _dropout_fwd_xla = xla(_dropout_fwd)
@@ -139,7 +161,7 @@ _gelu_dropout_fwd_xla = xla(_gelu_dropout_fwd)
 _gelu_dropout_bwd_xla = xla(_gelu_dropout_bwd)
 _dropout_add_ln_fwd_xla = xla(_dropout_add_ln_fwd)
 _dropout_add_ln_bwd_xla = xla(_dropout_add_ln_bwd)
-_attention_scores_xla = xla(ops.attention_scores)
+_attention_scores_xla = xla(_attention_scores)
 _attention_probs_bwd_xla = xla(_attention_probs_bwd)
 
 
@@ -212,7 +234,8 @@ def dropout_add_layer_norm(h, x, gamma, beta, eps: float, rate: float, seed: Opt
 
 
 def query_terms(q, biases, scale: float):
-    """``ops.query_terms``; the backward sums the bias gradients over batch and rows in the same pass."""
+    """The biased, scaled queries as one cluster; the backward sums the bias gradients over batch and rows in the
+    same pass."""
     @tf.custom_gradient
     def f(q, *biases):
         outs = _query_terms_xla(q, biases, scale)
@@ -228,9 +251,10 @@ def query_terms(q, biases, scale: float):
 
 def attention_probs(ac, bd, ef, ef_diff, blocked, rate: float = 0.0, seed: Optional[tf.Tensor] = None,
                     salt: int = 0):
-    """``ops.attention_probs``: the score chain as one cluster, oneDNN's softmax. In a training step (``seed``
-    given) also the dropout mask fused with its scaling and a hand-written backward (dropout, softmax, mask and
-    segment terms in one cluster; ``rel_shift``'s gradient as two pads)."""
+    """Scores -> attention probabilities after attention dropout, [b, n, q, k]: the score chain as one cluster,
+    oneDNN's softmax. In a training step (``seed`` given) also the dropout mask fused with its scaling and a
+    hand-written backward (dropout, softmax, mask and segment terms in one cluster; ``rel_shift``'s gradient as
+    two pads)."""
     if seed is None:
         return tf.cast(tf.nn.softmax(_attention_scores_xla(ac, bd, ef, ef_diff, blocked), axis=-1), ac.dtype)
     site_seed = site(seed, salt) if rate > 0.0 else None
@@ -251,6 +275,17 @@ def attention_probs(ac, bd, ef, ef_diff, blocked, rate: float = 0.0, seed: Optio
         return out, grad
 
     return f(ac, bd, *(() if ef is None else (ef,)))
+
+
+def rel_attn_core(q, k, v, kr, r_w, r_r, r_s, seg_embed, ef_diff, blocked, scale: float, dropatt: float, seed,
+                  salt: int):
+    """``attention.rel_attn_core`` (same signature, same formulas) with the biased queries and the score chain
+    (shift, segment term, mask; softmax on oneDNN; attention dropout) as XLA clusters."""
+    qw, qr, *qs = query_terms(q, (r_w, r_r, r_s) if ef_diff is not None else (r_w, r_r), scale)
+    ac = tf.matmul(qw, k, transpose_b=True)  # [b, n, q, k]
+    bd = positional_scores(qr, kr)  # [b, n, q, r]
+    ef = None if ef_diff is None else tf.matmul(qs[0], tf.transpose(seg_embed, [1, 2, 0]))  # [b, n, q, 2]
+    return tf.matmul(attention_probs(ac, bd, ef, ef_diff, blocked, dropatt, seed, salt), v)
 
 
 # The fused table is this module: its functions above have the ``ops.OpsTable`` names.
