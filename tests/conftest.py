@@ -20,15 +20,6 @@ def shared_path(*parts: str) -> str:
     return path
 
 
-def start_early(request, fixture: str) -> None:
-    """From a module's autouse fixture: sets up ``fixture`` (one that starts a background process) before the
-    module's first test when a selected test of the module needs it, so the process runs while the in-process
-    tests do; a selection without such a test starts nothing, and no test depends on another's order."""
-    if any(fixture in item.fixturenames for item in request.session.items
-           if getattr(item, "module", None) is request.module):
-        request.getfixturevalue(fixture)
-
-
 @pytest.fixture(scope="session")
 def glue(tmp_path_factory):
     """Small GLUE folders cut from the real ones (SST-2 40 train / 20 dev rows, CoLA 39 / 20, STS-B 40 / 20) and
@@ -168,9 +159,20 @@ def pretrained(tmp_path_factory, tiny_corpus):
             "log": r.stderr, "corpus": tiny_corpus["corpus"]}
 
 
+# Session artefacts that cost a training run: the tests reading one run on the same pytest-xdist worker, so it is
+# built once per suite, not once per worker.
+SHARED_RUNS = ("sst2_run", "pretrained")
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects: ``-m "not slow"`` then leaves the outcome tests out too
 def pytest_collection_modifyitems(items):
-    """An outcome test (trains to an accuracy floor) is a slow test: one mechanism, no second marker to forget."""
+    """An outcome test (trains to an accuracy floor) is a slow test: one mechanism, no second marker to forget.
+
+    The suite runs on two pytest-xdist workers (pytest.ini: ``-n 2 --dist loadgroup``) in units: the tests that
+    read one of ``SHARED_RUNS`` form one unit; every other test goes with its module (module-scoped fixtures
+    such as a module's own training run or background process are then built once)."""
     for item in items:
         if item.get_closest_marker("outcome") and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
+        shared = [name for name in SHARED_RUNS if name in getattr(item, "fixturenames", ())]
+        item.add_marker(pytest.mark.xdist_group(shared[0] if shared else item.nodeid.split("::")[0]))

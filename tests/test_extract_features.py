@@ -35,6 +35,7 @@ def extract(d, out, *extra):
                     "--max_seq_length=24", "--predict_batch_size=2", *extra)
 
 
+@pytest.mark.slow
 def test_vectors_equal_the_backbone_hidden_states(pretrained, tmp_path):
     from tasks.classification.features import encode_texts
     from xlnet_tf import XLNetModel
@@ -61,6 +62,7 @@ def test_vectors_equal_the_backbone_hidden_states(pretrained, tmp_path):
     assert np.abs(got["pooled"][0, 0] - got["pooled"][1, 0]).max() > 1e-3  # different texts, different vectors
 
 
+@pytest.mark.slow
 def test_tfrecord_and_last_token_pooling(pretrained, tmp_path):
     extract(pretrained, tmp_path / "a.npz", "--layers=-1", "--pooling=last")
     extract(pretrained, tmp_path / "a.tfrecord", "--layers=-1", "--pooling=last")
@@ -86,6 +88,7 @@ def test_bad_input_is_one_line(pretrained, tmp_path):
     assert not (tmp_path / "x.npz").exists()
 
 
+@pytest.mark.slow
 def test_blank_lines_are_counted_and_rows_map_back_to_lines(pretrained, tmp_path):
     """Blank and whitespace-only lines are skipped, the log says how many, and ``line_index`` gives each row's
     0-based input line (in .npz and .tfrecord); the rows are those of the same texts without the blank lines."""

@@ -3,8 +3,7 @@
 Everything runs on the session's tiny synthetic corpus with its own tiny SentencePiece model
 (``conftest.tiny_corpus``; no shared data needed); the run_pretrain.py CLI run is the session's
 ``conftest.pretrained``. MirroredStrategy over 2 logical CPUs needs its own process
-(``python tests/test_pretrain.py mirrored WORKDIR``), started in the background at the module's first test that
-needs it, running while the rest runs.
+(``python tests/test_pretrain.py mirrored WORKDIR``).
 
 Tolerances (float32, CPU, no XLA): default vs MirroredStrategy agree to 1e-5 on losses and memory and 1e-4
 on weights after 3 Adam steps (summation order only).
@@ -26,8 +25,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.conftest import (PRETRAIN_MEM, PRETRAIN_PREDICT, PRETRAIN_REUSE, PRETRAIN_SEQ, start_early,
-                            tiny_pretrain_config, write_corpus)
+from tests.conftest import (PRETRAIN_MEM, PRETRAIN_PREDICT, PRETRAIN_REUSE, PRETRAIN_SEQ, tiny_pretrain_config,
+                            write_corpus)
 from tests.subprocess_util import finish
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -146,7 +145,7 @@ def work(tiny_corpus):
 @pytest.fixture(scope="module")
 def mirrored(tmp_path_factory):
     """The MirroredStrategy comparison in a process of its own (logical CPUs exist only before TensorFlow
-    initialises), started once, in the background; its (stdout, stderr) when it is read."""
+    initialises)."""
     mdir = str(tmp_path_factory.mktemp("mirrored"))
     proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "mirrored", mdir],
                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT),
@@ -155,11 +154,6 @@ def mirrored(tmp_path_factory):
     if proc.poll() is None:
         proc.kill()
         proc.communicate()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _start_background(request):
-    start_early(request, "mirrored")
 
 
 def _expected_mems(model, features, prev):

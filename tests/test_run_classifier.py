@@ -105,6 +105,7 @@ def test_export_fresh_process_matches_in_process_model(sst2_run, config_file, tm
     ("rte", "RTE", {"accuracy"}, False),
     ("sts-b", "STS-B", {"pearson", "spearman"}, True),
 ])
+@pytest.mark.slow
 def test_glue_tasks_end_to_end(task, folder, metrics, predict, config_file, tmp_path):
     extra = ["--do_train", "--do_eval", "--jit=false"] + (["--do_predict"] if predict else [])
     succeeds(run_classifier, *base_args(task, shared_path("glue", folder), config_file, tmp_path, L=32, steps=10,

@@ -41,6 +41,7 @@ def copy_run(sst2_dir, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------- the manifest
+@pytest.mark.slow
 def test_other_task_other_length_edited_data_refuse_and_overwrite_replaces(glue, sst2_dir, tmp_path):
     out = copy_run(sst2_dir, tmp_path)
     before = (out / "eval_results.json").read_text()
@@ -66,6 +67,7 @@ def test_other_task_other_length_edited_data_refuse_and_overwrite_replaces(glue,
     assert json.loads((out / "run_manifest.json").read_text())["task"] == "cola"
 
 
+@pytest.mark.slow
 def test_checkpoints_without_manifest_and_foreign_checkpoint(glue, sst2_dir, tmp_path):
     out = copy_run(sst2_dir, tmp_path)
     os.remove(out / "run_manifest.json")  # an older run's directory
@@ -103,6 +105,7 @@ def test_second_run_fails_fast_and_a_killed_holder_is_taken_over(glue, sst2_dir,
     assert "took over the lock" in r.stderr and f"pid {first.pid}" in r.stderr
 
 
+@pytest.mark.slow
 def test_dead_runs_temporaries_are_removed_and_outputs_get_normal_permissions(glue, sst2_dir, tmp_path):
     out = copy_run(sst2_dir, tmp_path)
     dead = 2 ** 22 + 12345  # above pid_max's default: no such process
@@ -167,6 +170,7 @@ def test_empty_pretraining_corpus(tmp_path):
     assert "blank.txt" in line and "no text" in line
 
 
+@pytest.mark.slow
 def test_disk_full_is_one_line_and_keeps_the_last_checkpoint(glue, tmp_path):
     mnt = tmp_path / "small_disk"
     mnt.mkdir()

@@ -83,6 +83,7 @@ def test_a_length_beyond_the_machines_memory_is_refused_before_features(glue, tm
     assert records(out) == []
 
 
+@pytest.mark.slow
 def test_legal_but_unintended_settings_warn(glue, tmp_path):
     r = succeeds(run_classifier, *clf_args(glue, "SST-2", tmp_path / "out", steps=2), "--max_seq_length=3",
                  "--warmup_steps=10")
