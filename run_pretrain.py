@@ -6,7 +6,7 @@ r"""Pretrain XLNet with permutation language modelling (the original ``train_gpu
       --model_dir=OUT/train --output_dir=OUT/pretrained --heldout_input=heldout.txt --heldout_every=250
 
 Steps: (1) SentencePiece model (``--spiece_model_file``, or trained on ``--train_input`` with ``--train_spm``);
-(2) corpus -> TFRecords of raw sequences in ``--record_dir`` (``data/pretrain.py``; cached: reused while the
+(2) corpus -> TFRecords of raw sequences in ``--record_dir`` (``data/pretrain_records.py``; cached: reused while the
 sources and settings are unchanged), one stream per row of the global micro-batch, grouped per replica;
 (3) the one training loop (``xlnet_tf/training.py``) on ``PretrainModel`` (tied LM head, memory carried from
 step to step in the model); (4) the backbone saved to ``--output_dir`` in our format (with the

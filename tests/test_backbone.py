@@ -191,7 +191,8 @@ def test_fused_training_sites_match_plain_ops_with_gradients(fn):
         runs = [lambda *a, core=core: core(*a, ef_diff, blocked, 0.5, rate, seed, 6) for core in cores]
     elif fn == "gelu_dropout":
         args = [t(6, 16), t(16)]
-        runs = [lambda u, b, table=table: table.gelu_dropout(u, b, 0.25, seed, 3) for table in (fusions.FUSED, ops.PLAIN)]
+        runs = [lambda u, b, table=table: table.gelu_dropout(u, b, 0.25, seed, 3)
+                for table in (fusions.FUSED, ops.PLAIN)]
     else:
         args = [t(6, 16), t(6, 16), t(16) + 1.0, t(16)] + ([t(16)] if fn.endswith("bias") else [])
         runs = [lambda h, x, g, b, *bias, table=table: table.dropout_add_layer_norm(

@@ -52,15 +52,15 @@ tiny_config = tiny_pretrain_config
 
 
 def records(work: dict, num_streams: int, num_groups: int, bi_data: bool = True, name: str = "train"):
-    from data import pretrain as P
+    from data import pretrain_records
 
     prefix = os.path.join(work["dir"], f"{name}-s{num_streams}-g{num_groups}-b{int(bi_data)}")
-    return P.create_pretrain_tfrecords([work["corpus"]], prefix, work["spm"], SEQ, REUSE, num_streams,
+    return pretrain_records.create_pretrain_tfrecords([work["corpus"]], prefix, work["spm"], SEQ, REUSE, num_streams,
                                        bi_data=bi_data, num_groups=num_groups, progress=False)
 
 
 def dataset_fn(files, per_replica, k=1, bi_data=True, seed=3):
-    from data.pretrain import make_train_dataset_fn
+    from data.pretrain_sampling import make_train_dataset_fn
 
     return make_train_dataset_fn(files, SEQ, REUSE, per_replica, k, num_predict=PREDICT, perm_size=4,
                                  bi_data=bi_data, seed=seed)
@@ -211,7 +211,7 @@ def test_memory_is_carried_as_cache_mem(work, tmp_path):
 def test_loop_loss_memory_and_learning(work):
     """One loop step: its loss is the original's token-weighted Σ CE·mask / Σ mask of the batch and it fills
     the memory; then the loss falls over 40 steps and the held-out PLM loss improves."""
-    from data import pretrain as P
+    from data import pretrain_records, pretrain_sampling
     from xlnet_tf import XLNetTokenizer, training
     from xlnet_tf.pretrain_model import PretrainModel, evaluate_plm, unigram_log_probs
 
@@ -224,11 +224,12 @@ def test_loop_loss_memory_and_learning(work):
     keras.utils.set_random_seed(tr.config.seed)  # the Trainer's initial weights
     ref = PretrainModel(config, 4, seed=2)
     held = records(dict(work, corpus=work["heldout"]), 2, 1, name="held")
-    uni = unigram_log_probs(P.encode_corpus([work["corpus"]], XLNetTokenizer(work["spm"]), progress=False).ids, 60)
+    corpus = pretrain_records.encode_corpus([work["corpus"]], XLNetTokenizer(work["spm"]), progress=False)
+    uni = unigram_log_probs(corpus.ids, 60)
 
     def heldout():
-        ds = P.make_pretrain_dataset(held, SEQ, REUSE, 2, num_predict=PREDICT, perm_size=4, bi_data=True, seed=9,
-                                     repeat=False)
+        ds = pretrain_sampling.make_pretrain_dataset(held, SEQ, REUSE, 2, num_predict=PREDICT, perm_size=4,
+                                                     bi_data=True, seed=9, repeat=False)
         return evaluate_plm(tr.model, ds, steps=6, unigram_log_probs=uni)
 
     start = heldout()
@@ -256,7 +257,7 @@ def test_loop_loss_memory_and_learning(work):
 
 
 def test_regroup_for_accumulation():
-    from data.pretrain import regroup_for_accumulation
+    from data.pretrain_sampling import regroup_for_accumulation
 
     ds = tf.data.Dataset.range(12).map(lambda i: {"x": tf.fill([2], i)})  # batch i = (step i // 2, group i % 2)
     got = [int(b["x"][0]) for b in regroup_for_accumulation(ds, 2, 3)]
@@ -376,7 +377,7 @@ def test_mlm_objective_learns_on_real_text(tmp_path):
     """--objective=mlm's model on WikiText records: the loop's loss is Σ CE·mask / Σ mask over the selected
     pieces, read from the content stream (no query stream), and the held-out masked-LM loss falls."""
     from tests.conftest import shared_path
-    from data import pretrain as P
+    from data import pretrain_records, pretrain_sampling
     from xlnet_tf import XLNetTokenizer, training
     from xlnet_tf.pretrain_model import PretrainModel, evaluate_plm
 
@@ -387,25 +388,27 @@ def test_mlm_objective_learns_on_real_text(tmp_path):
     (tmp_path / "held.txt").write_text(text[32000:], encoding="utf-8")
     tok = XLNetTokenizer(spiece)
     seq, reuse = 32, 16
-    files = {name: P.create_pretrain_tfrecords([str(tmp_path / f"{name}.txt")], str(tmp_path / name), tok, seq,
-                                               reuse, 4, bi_data=True, progress=False) for name in ("train", "held")}
+    files = {name: pretrain_records.create_pretrain_tfrecords([str(tmp_path / f"{name}.txt")], str(tmp_path / name),
+                                                              tok, seq, reuse, 4, bi_data=True, progress=False)
+             for name in ("train", "held")}
     sampler = dict(objective="mlm", vocab_size=tok.vocab_size, mask_id=tok.mask_id, bi_data=True)
     config = tiny_config(d_model=32, d_head=16, d_inner=64, n_token=tok.vocab_size, mem_len=16, reuse_len=reuse)
     tr = training.Trainer(lambda: PretrainModel(config, 4, seed=2, objective="mlm"),
-                          P.make_train_dataset_fn(files["train"], seq, reuse, 4, seed=1, **sampler),
+                          pretrain_sampling.make_train_dataset_fn(files["train"], seq, reuse, 4, seed=1, **sampler),
                           train_config(train_steps=25, learning_rate=1e-2, warmup_steps=3))
     keras.utils.set_random_seed(tr.config.seed)
     ref = PretrainModel(config, 4, seed=2, objective="mlm")
-    first = next(iter(P.make_pretrain_dataset(files["train"], seq, reuse, 4, seed=1, repeat=False, **sampler)))
+    first = next(iter(pretrain_sampling.make_pretrain_dataset(files["train"], seq, reuse, 4, seed=1, repeat=False,
+                                                              **sampler)))
 
     def heldout():
-        ds = P.make_pretrain_dataset(files["held"], seq, reuse, 4, seed=9, repeat=False, **sampler)
+        ds = pretrain_sampling.make_pretrain_dataset(files["held"], seq, reuse, 4, seed=9, repeat=False, **sampler)
         return evaluate_plm(tr.model, ds, steps=6)
 
     start = heldout()
     history = tr.train(stop_at=1).history
     out = ref(first, training=True)
-    assert out["logits"].shape == (4, P.mlm_num_predict(seq), tok.vocab_size)
+    assert out["logits"].shape == (4, pretrain_sampling.mlm_num_predict(seq), tok.vocab_size)
     expect = ref.token_losses(first, out).numpy().sum() / first["target_mask"].numpy().sum()
     assert abs(history[0][1] - expect) < 1e-5, (history, expect)
     losses = [history[0][1]] + [l for _, l in tr.train().history]

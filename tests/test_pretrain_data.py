@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data import pretrain as P
+from data import pretrain_records as records, pretrain_sampling as sampling
 from data import tfrecord_io
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -32,7 +32,7 @@ def _toy(seq_len=16, reuse_len=4, seps=(9, 14)):
 
 def _sample(seed, seq_len=16, reuse_len=4, num_predict=4, perm_size=None, **kw):
     ids, seg, ws = _toy(seq_len, reuse_len)
-    out = P.sample_pretrain_features(ids, seg, ws, tf.constant(seed, tf.int64), reuse_len=reuse_len,
+    out = sampling.sample_pretrain_features(ids, seg, ws, tf.constant(seed, tf.int64), reuse_len=reuse_len,
                                      num_predict=num_predict, perm_size=perm_size, return_order=True, **kw)
     return ids, ws, {k: v.numpy() for k, v in out.items()}
 
@@ -112,9 +112,9 @@ def test_target_fraction_and_determinism():
     ids[127] = CLS
     ws = (rng.rand(L) < 0.7).astype(np.int64)
     kw = dict(reuse_len=R, num_predict=21, mask_alpha=6, mask_beta=1)
-    a = P.sample_pretrain_features(ids, np.zeros(L), ws, tf.constant([9, 1], tf.int64), **kw)
-    b = P.sample_pretrain_features(ids, np.zeros(L), ws, tf.constant([9, 1], tf.int64), **kw)
-    c = P.sample_pretrain_features(ids, np.zeros(L), ws, tf.constant([9, 2], tf.int64), **kw)
+    a = sampling.sample_pretrain_features(ids, np.zeros(L), ws, tf.constant([9, 1], tf.int64), **kw)
+    b = sampling.sample_pretrain_features(ids, np.zeros(L), ws, tf.constant([9, 1], tf.int64), **kw)
+    c = sampling.sample_pretrain_features(ids, np.zeros(L), ws, tf.constant([9, 2], tf.int64), **kw)
     for k in a:
         np.testing.assert_array_equal(a[k].numpy(), b[k].numpy())
     assert not np.array_equal(a["perm_mask"].numpy(), c["perm_mask"].numpy())
@@ -129,7 +129,7 @@ def test_span_stage_density_follows_mask_alpha():
     eligible = tf.ones([m], tf.bool)
     seeds = tf.random.experimental.stateless_split(tf.constant([4, 4], tf.int64), 3)
     for alpha, beta in ((6, 1), (4, 2)):
-        tgt = P._span_targets(ws, eligible, m, seeds, alpha, beta, 5, fill=False).numpy()
+        tgt = sampling._span_targets(ws, eligible, m, seeds, alpha, beta, 5, fill=False).numpy()
         starts = ws.numpy().copy()
         starts[0] = True
         wid = np.cumsum(starts) - 1
@@ -152,13 +152,13 @@ def tiny_records(tmp_path_factory):
         corpus.write_text(f.read(20000), encoding="utf-8")
     tok = XLNetTokenizer(SPIECE)
     cfg = dict(seq_len=48, reuse_len=16, num_streams=4, bi_data=True)
-    files = P.create_pretrain_tfrecords(str(corpus), str(tmp / "out" / "wt"), tok, records_per_shard=40,
+    files = records.create_pretrain_tfrecords(str(corpus), str(tmp / "out" / "wt"), tok, records_per_shard=40,
                                         progress=False, **cfg)
     recs = []
-    spec = P.pretrain_record_spec(cfg["seq_len"])
+    spec = records.pretrain_record_spec(cfg["seq_len"])
     for batch in tfrecord_io.make_dataset(files, spec, 1, is_training=False, int32=False):
         recs.append({k: v.numpy()[0] for k, v in batch.items()})
-    stream = P.encode_corpus([str(corpus)], tok, progress=False)
+    stream = records.encode_corpus([str(corpus)], tok, progress=False)
     return dict(cfg, files=files, recs=recs, stream=stream, tok=tok)
 
 
@@ -188,7 +188,7 @@ def test_streams_continue_and_bi_data_reversed(tiny_records):
     recs, stream = tiny_records["recs"], tiny_records["stream"]
     steps = len(recs) // 4
     n = len(stream) // 2  # bi_data: 2 forward streams, each also read reversed
-    table = P.start_piece_table(tiny_records["tok"])
+    table = records.start_piece_table(tiny_records["tok"])
     for row in range(4):
         fwd = stream.ids[(row % 2) * n:(row % 2 + 1) * n]
         expect = fwd if row < 2 else fwd[::-1]
@@ -219,19 +219,19 @@ def test_streams_continue_and_bi_data_reversed(tiny_records):
 def test_dataset_batches_keep_stream_order(tiny_records):
     L, R = tiny_records["seq_len"], tiny_records["reuse_len"]
     recs = tiny_records["recs"]
-    ds = P.make_pretrain_dataset(tiny_records["files"], L, R, batch_size=4, bi_data=True, seed=3, repeat=False)
+    ds = sampling.make_pretrain_dataset(tiny_records["files"], L, R, batch_size=4, bi_data=True, seed=3, repeat=False)
     batches = list(ds.take(3).as_numpy_iterator())
     for t, b in enumerate(batches):
         np.testing.assert_array_equal(b["input_ids"], np.stack([recs[t * 4 + r]["input_ids"] for r in range(4)]))
         assert b["perm_mask"].shape == (4, L, L) and b["target_mapping"].shape == (4, 8, L)
         np.testing.assert_array_equal(b["target_mask"].sum(1), [8] * 4)  # round(48 / 6)
-    again = list(P.make_pretrain_dataset(tiny_records["files"], L, R, 4, bi_data=True, seed=3,
+    again = list(sampling.make_pretrain_dataset(tiny_records["files"], L, R, 4, bi_data=True, seed=3,
                                          repeat=False).take(3).as_numpy_iterator())
     np.testing.assert_array_equal(batches[2]["perm_mask"], again[2]["perm_mask"])
     with pytest.raises(ValueError):
-        P.make_pretrain_dataset(tiny_records["files"], L, R, batch_size=3, bi_data=True)
+        sampling.make_pretrain_dataset(tiny_records["files"], L, R, batch_size=3, bi_data=True)
     with pytest.raises(ValueError):
-        P.make_pretrain_dataset(tiny_records["files"], L, R, batch_size=4, bi_data=False)
+        sampling.make_pretrain_dataset(tiny_records["files"], L, R, batch_size=4, bi_data=False)
 
 
 @needs_spiece
@@ -240,16 +240,16 @@ def test_cached_files_are_reused(tiny_records, tmp_path):
     mtimes = [os.path.getmtime(p) for p in files]
     prefix = files[0].rsplit("-00000-of-", 1)[0]
     corpus = os.path.join(os.path.dirname(os.path.dirname(prefix)), "corpus.txt")
-    again = P.create_pretrain_tfrecords(corpus, prefix, tiny_records["tok"], seq_len=48, reuse_len=16,
+    again = records.create_pretrain_tfrecords(corpus, prefix, tiny_records["tok"], seq_len=48, reuse_len=16,
                                         num_streams=4, bi_data=True, records_per_shard=40, progress=False)
     assert again == files and [os.path.getmtime(p) for p in files] == mtimes
 
 
 # ------------------------------------------------------------------------------------ SentencePiece training
 def test_is_start_piece():
-    assert P.is_start_piece("\u2581the") and P.is_start_piece("<eod>") and P.is_start_piece(".")
-    assert P.is_start_piece(")") and P.is_start_piece("),") and P.is_start_piece("<")
-    assert not P.is_start_piece("ing") and not P.is_start_piece("s.")
+    assert records.is_start_piece("\u2581the") and records.is_start_piece("<eod>") and records.is_start_piece(".")
+    assert records.is_start_piece(")") and records.is_start_piece("),") and records.is_start_piece("<")
+    assert not records.is_start_piece("ing") and not records.is_start_piece("s.")
 
 
 @pytest.mark.skipif(not os.path.isfile(SHAKES), reason=f"shared data absent ({SHARED}); set SHARED_DATA")
@@ -273,12 +273,12 @@ def test_mlm_masking_rate_and_replacements():
     """15% of the non-SEP/CLS pieces selected (exactly round(0.15 L) per sequence), 80/10/10 mask/random/kept,
     targets = the original ids in position order, deterministic per seed."""
     L, vocab = 40, 500
-    assert P.mlm_num_predict(L) == 6
+    assert sampling.mlm_num_predict(L) == 6
     rng = np.random.RandomState(0)
-    ids = rng.randint(P.NUM_SPECIAL_PIECES, vocab, size=L).astype(np.int32)
+    ids = rng.randint(sampling.NUM_SPECIAL_PIECES, vocab, size=L).astype(np.int32)
     ids[[20, 37]], ids[38], ids[39] = 4, 4, 3  # SEP, SEP, SEP, CLS: never selected
     seg = np.zeros(L, np.int32)
-    fn = tf.function(lambda s: P.sample_mlm_features(ids, seg, s, num_predict=6, vocab_size=vocab, mask_id=6,
+    fn = tf.function(lambda s: sampling.sample_mlm_features(ids, seg, s, num_predict=6, vocab_size=vocab, mask_id=6,
                                                      return_kind=True))
     kinds, positions = [], np.zeros(L)
     for i in range(1500):
@@ -292,7 +292,7 @@ def test_mlm_masking_rate_and_replacements():
         assert (f["input_ids"][kind == 1] == 6).all() and (f["input_ids"][kind == 3] == ids[kind == 3]).all()
         np.testing.assert_array_equal(f["mask_emb_positions"], (kind == 1).astype(np.float32))
         rnd = f["input_ids"][kind == 2]
-        assert ((rnd >= P.NUM_SPECIAL_PIECES) & (rnd < vocab)).all()
+        assert ((rnd >= sampling.NUM_SPECIAL_PIECES) & (rnd < vocab)).all()
         kinds.append(kind[sel])
         positions += sel
     kinds = np.concatenate(kinds)
@@ -309,10 +309,10 @@ def test_mlm_masking_rate_and_replacements():
 def test_mlm_dataset_on_real_records(tiny_records):
     """The same records read with objective="mlm": 15% of seq_len targets per row, the original ids."""
     r = tiny_records
-    ds = P.make_pretrain_dataset(r["files"], r["seq_len"], r["reuse_len"], 4, bi_data=True, objective="mlm",
+    ds = sampling.make_pretrain_dataset(r["files"], r["seq_len"], r["reuse_len"], 4, bi_data=True, objective="mlm",
                                  vocab_size=r["tok"].vocab_size, mask_id=r["tok"].mask_id, repeat=False)
     batch = next(iter(ds))
-    assert batch["target"].shape == (4, P.mlm_num_predict(r["seq_len"])) and "perm_mask" not in batch
+    assert batch["target"].shape == (4, sampling.mlm_num_predict(r["seq_len"])) and "perm_mask" not in batch
     assert (batch["target_mask"].numpy() == 1).all()
     raw = np.stack([rec["input_ids"] for rec in r["recs"][:4]])
     pos = np.argmax(batch["target_mapping"].numpy(), -1)
@@ -320,4 +320,4 @@ def test_mlm_dataset_on_real_records(tiny_records):
     changed = batch["input_ids"].numpy() != raw
     assert changed.any() and (np.take_along_axis(changed, pos, 1).sum() == changed.sum())
     with pytest.raises(ValueError, match="vocab_size"):
-        P.make_pretrain_dataset(r["files"], r["seq_len"], r["reuse_len"], 4, bi_data=True, objective="mlm")
+        sampling.make_pretrain_dataset(r["files"], r["seq_len"], r["reuse_len"], 4, bi_data=True, objective="mlm")

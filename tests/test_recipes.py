@@ -1,6 +1,7 @@
 """Outcome floors: README recipes through their CLIs on the real data, default flags but size, steps and LR,
 from random initialisation, exactly as ``benchmarks/recipes.py --quick`` runs them (the same ``Recipe``
-objects; each CLI's ``main`` in-process). Each floor is what the measured healthy run clearly beats and a collapsed run cannot reach
+objects; each CLI's ``main`` in-process).
+Each floor is what the measured healthy run clearly beats and a collapsed run cannot reach
 (PERFORMANCE.md "Recipes at small scale"). SST-2 and the demo have theirs in test_run_classifier.py and
 test_quickstart.py.
 

@@ -1,7 +1,8 @@
 """run_race.py end to end on a small subset of the real RACE archive, and the in-graph RACE layout of the export.
 
-One CLI run through run_race.py's ``main`` in-process (tiny random-init model, 32 training questions memorised in 60 steps, 96 dev questions scored,
-SavedModel exported) feeds the checks; the in-graph features are compared with tasks/race/features.py on real dev questions.
+One CLI run through run_race.py's ``main`` in-process (tiny random-init model, 32 training questions memorised in
+60 steps, 96 dev questions scored, SavedModel exported) feeds the checks; the in-graph features are compared with
+tasks/race/features.py on real dev questions.
 """
 
 import json

@@ -5,7 +5,7 @@ Model contract of ``xlnet_tf/training.py``: ``model(features, training)`` -> ``{
 
 Objectives: ``plm`` (the paper's permutation LM: two streams, the query stream predicts the targets) or ``mlm``
 (BERT-style masked LM on the same backbone, memory included: the content stream reads the corrupted input of
-``data.pretrain.sample_mlm_features`` with full attention, ``mask_emb`` at its masked positions, and its output at the selected positions, gathered
+``data.pretrain_sampling.sample_mlm_features`` with full attention, ``mask_emb`` at its masked positions, and its output at the selected positions, gathered
 by ``target_mapping``, goes to the same tied head).
 
 Head (the original ``lm_loss``): ``logits = query_output · lookup_tableᵀ + lm_loss/bias`` (``XLNetModel.lm_logits``:
@@ -20,7 +20,7 @@ per-example losses of every replica's micro-batch and divides by the global numb
 gradient accumulation, the mean over micro-batches, as a bigger batch of towers). The counts are local on
 purpose: an all-reduce inside the loss would be a synchronisation point inside the loop's accumulation
 ``tf.while_loop``, which MirroredStrategy does not support. ``token_weighted=False`` gives the plain
-per-sequence mean ``Σ_p CE·mask / Σ_p mask`` instead. The sampler (``data/pretrain.py``) meets the
+per-sequence mean ``Σ_p CE·mask / Σ_p mask`` instead. The sampler (``data/pretrain_sampling.py``) meets the
 ``num_predict`` goal exactly unless no whole word fits, so all of these nearly always coincide.
 
 Memory. With ``config.mem_len > 0`` the model owns one non-trainable float32 variable per layer,
@@ -29,7 +29,7 @@ each replica keeps its own copy: replica r carries the memory of its own streams
 ``ONLY_FIRST_REPLICA`` (what a cross-replica read and a checkpoint see; averaging unrelated streams' states
 would mean nothing). ``call(training=True)`` reads them as the mems, runs the backbone and assigns
 ``new_mems`` (the backbone's ``_cache_mem``: the reuse part's layer inputs appended to the old memory, last
-``mem_len`` kept, ``stop_gradient``). Rows stay aligned because ``data/pretrain.py`` orders records so that
+``mem_len`` kept, ``stop_gradient``). Rows stay aligned because ``data/pretrain_records.py`` orders records so that
 row b of a replica's batch at step t+1 continues row b at step t (with ``bi_data`` each replica's batch is
 ``[forward half | backward half]``, whose rows continue themselves too). They start at zero, as the
 original's ``train_gpu.py`` (which attends the zero memory at the first step).

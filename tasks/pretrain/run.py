@@ -85,7 +85,7 @@ class PretrainSpec:
         return out
 
     def predictions_per_sequence(self) -> int:
-        from data.pretrain import mlm_num_predict
+        from data.pretrain_sampling import mlm_num_predict
 
         if self.num_predict:
             return self.num_predict
@@ -199,16 +199,16 @@ class BatchLayout:
 
 def training_records(spec: PretrainSpec, plan: PretrainPlan, tokenizer, layout: BatchLayout):
     """(files, index) of the training records: written from ``plan.train_paths`` (cached) or reused."""
-    from data import pretrain as P
+    from data import pretrain_records as records
 
     prefix = os.path.join(plan.record_dir, "train")
     if plan.train_paths:
-        files = P.create_pretrain_tfrecords(plan.train_paths, prefix, tokenizer, spec.seq_len, spec.reuse_len,
+        files = records.create_pretrain_tfrecords(plan.train_paths, prefix, tokenizer, spec.seq_len, spec.reuse_len,
                                             layout.num_streams, bi_data=spec.bi_data, num_groups=layout.replicas,
                                             use_eod=spec.use_eod, use_eop=spec.use_eop, seed=spec.data_seed,
                                             progress=plan.progress)
     else:
-        files = P.pretrain_files(prefix)
+        files = records.pretrain_files(prefix)
     with open(prefix + ".index.json", encoding="utf-8") as f:
         index = json.load(f)
     log.info("training records: %d file(s), %d steps of %d streams (%d tokens) in %s", len(files), index["steps"],
@@ -225,16 +225,16 @@ def heldout_records(spec: PretrainSpec, plan: PretrainPlan, tokenizer, n_token: 
     """(files, unigram log-probs of the training corpus or None); (None, None) without held-out text."""
     if not plan.heldout_paths:
         return None, None
-    from data import pretrain as P
+    from data import pretrain_records as records
     from xlnet_tf.pretrain_model import unigram_log_probs
 
-    files = P.create_pretrain_tfrecords(
+    files = records.create_pretrain_tfrecords(
         plan.heldout_paths, os.path.join(plan.record_dir, "heldout"), tokenizer, spec.seq_len, spec.reuse_len,
         spec.heldout_batch_size, bi_data=spec.bi_data, num_groups=1, use_eod=spec.use_eod, use_eop=spec.use_eop,
         seed=spec.heldout_seed, progress=plan.progress)
     uni_logp = None
     if plan.train_paths:
-        stream = P.encode_corpus(plan.train_paths, tokenizer, use_eod=spec.use_eod, use_eop=spec.use_eop,
+        stream = records.encode_corpus(plan.train_paths, tokenizer, use_eod=spec.use_eod, use_eop=spec.use_eop,
                                  progress=False)
         uni_logp = unigram_log_probs(stream.ids, n_token)
     return files, uni_logp
@@ -245,7 +245,7 @@ def run(spec: PretrainSpec, plan: PretrainPlan, config, tokenizer, spiece: str, 
     import numpy as np
     import tensorflow as tf
 
-    from data import pretrain as P
+    from data import pretrain_sampling as sampling
     from xlnet_tf import checkpoint
     from xlnet_tf.fileutil import write_json
     from xlnet_tf.pretrain_model import PretrainModel, evaluate_plm
@@ -264,7 +264,7 @@ def run(spec: PretrainSpec, plan: PretrainPlan, config, tokenizer, spiece: str, 
             log.info("initialised the backbone from %s", plan.init_checkpoint)
         return model
 
-    dataset_fn = P.make_train_dataset_fn(files, spec.seq_len, spec.reuse_len, layout.per_replica,
+    dataset_fn = sampling.make_train_dataset_fn(files, spec.seq_len, spec.reuse_len, layout.per_replica,
                                        plan.grad_accum_steps, seed=spec.data_seed, **sampler)
     trainer = Trainer(model_fn, dataset_fn, train_config, strategy)
     if trainer.restored_from:
@@ -290,7 +290,7 @@ def run(spec: PretrainSpec, plan: PretrainPlan, config, tokenizer, spiece: str, 
         if not heldout_files:
             return None
         t0 = time.time()
-        ds = P.make_pretrain_dataset(heldout_files, spec.seq_len, spec.reuse_len, spec.heldout_batch_size,
+        ds = sampling.make_pretrain_dataset(heldout_files, spec.seq_len, spec.reuse_len, spec.heldout_batch_size,
                                      repeat=False, **dict(sampler, seed=spec.heldout_seed))
         res = evaluate_plm(model, ds, spec.heldout_steps if spec.heldout_steps > 0 else None, uni_logp)
         res["step"] = int(step)
