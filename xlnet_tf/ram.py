@@ -9,8 +9,58 @@ Transformer-XL memory, ``mems``).
 behind the CLI, ``run_common.check_memory`` and ``benchmarks/memory_levers.py`` (which checks it against the
 allocator's measured peak). It imports no TensorFlow. Sizes are bytes; 1 MiB = 2**20 bytes.
 
-What the model counts, the step's timeline, what XLA does on top and the calibration: PERFORMANCE.md, "The RAM
-estimator".
+What it counts, the step's timeline and what XLA does on top (its calibration against the allocator's peak:
+PERFORMANCE.md, "The RAM estimator's calibration"):
+
+`python -m xlnet_tf.ram` (and `run_common.check_memory`, which refuses a run that cannot fit) models one replica,
+one optimizer update of `batch` examples in `grad_accum_steps` micro-batches. PERFORMANCE.md "Memory levers" calibrates it
+(`benchmarks/memory_levers.py`; `--quick` for a smoke run).
+
+*Persistent*: every variable in float32 (Keras' mixed policies keep float32 master weights), and Adam(W)'s `m`
+and `v` for the *trainable* variables only (the trainer builds slots for the `num_trainable_layers` subset).
+
+*Step memory* (its peak is what the levers change): float32 gradients of the trainable variables (the
+word-embedding gradient densified; with `grad_accum_steps > 1` an accumulator of the same size), and the
+activations each *trainable* block keeps for the backward pass (b = micro-batch, q = k = seq_len, r = k + q
+relative positions, n heads x d_head, a = compute-dtype bytes):
+
+| tensor | shape | why autodiff keeps it |
+|---|---|---|
+| q + r_w_bias, q + r_r_bias, q + r_s_bias | 3 x [b, n, q, d_head] | operands of the AC / BD / EF matmuls |
+| k_head, v_head | 2 x [b, n, k, d_head] | operands of AC and prob.v |
+| kr = R.W_r | [n, r, d_head] | operand of BD (BD [b,n,q,r] is a temporary: rel_shift's gradient needs none) |
+| softmax output | [b, n, q, k] float32 | softmax gradient (scores are upcast before the softmax) |
+| attention-dropout draws / mask | [b, n, q, k] | dropout gradient (XLA keeps the draws, a bytes; graph mode a bool mask) |
+| dropped probabilities | [b, n, q, k] | operand of prob.v |
+| attention vector | [b, q, n*d_head] | operand of the o projection |
+| 2 output-dropout draws (attention, FFN) | 2 x [b, q, d] | dropout gradients |
+| LayerNorm inputs and outputs (2 LNs) | 4 x [b, q, d] | LN gradient |
+| FFN pre-activation, tanh(.), dropout draws, dropped activation | 4 x [b, q, d_inner] | GELU and dropout gradients, operand of layer_2 (graph mode: no tanh) |
+| mixed precision: compute-dtype weight copies | q, k, v, o, ff1, ff2 | d(input) = d(out).W^T needs the cast W |
+
+With the compiled attention kernels (CPU, graph mode, float32; `xlnet_tf.ram.fused_attention_applies`) the
+attention keeps q, k, v as projected, kr, the float32 probabilities and a bool keep mask, and no score-sized
+workspace. Once per step: the dropped positional encodings [r, d] (per example or per batch), the embedding
+output and its dropout draws, the boolean masks [b, q, k], the head's activations. Frozen bottom blocks keep
+nothing (the tape records only ops that depend on a trainable variable); `recompute` keeps each block's input
+and re-runs one block at a time. Workspace, never kept: the forward scores (AC, BD, their sum), about 5
+score-sized gradients in the backward, and graph mode's per-variable optimizer temporaries.
+
+The peak is found on a timeline, not by summing: `peak = max(forward, each backward block, update)` (at the end
+of the forward every kept activation is alive; going down the backward, block j's activations are freed as its
+gradients appear); the naive sum is reported too, as an upper bound. `jit=True` models whole-step XLA (the
+trainer's `--jit=true`, its default on one GPU), `jit=False` TF graph mode (`--jit=false` and `--jit=update`,
+the CPU default), which keeps more intermediates. What XLA does on top, found in its buffer-assignment dumps
+(properties of this implementation, not of XLNet):
+
+- `rng_hoisting`: every block's dropout seed is known before the step runs, so XLA draws the randoms of all
+  blocks at its start: with frozen layers the forward peaks at the first block with every block's draws alive;
+  with `recompute` each block's draws live until its recomputation. Tying each block's seed to its input removes
+  this (Base, batch 2, seq 512, `num_trainable_layers=2`: XLA step peak 646 -> 370 MiB); `rng_hoisting=False`
+  estimates that variant.
+- with a mixed precision and `grad_accum_steps > 1`, the weight casts are hoisted out of the accumulation loop:
+  a compute-dtype copy of every weight lives through the step.
+- `cpu=True`: XLA:CPU round-trips bf16/fp16 through float32, so mixed precision saves no activation memory there.
 """
 
 from __future__ import annotations
@@ -255,7 +305,7 @@ def estimate(config: Union[XLNetConfig, str, dict], seq_len: int, batch: int, pr
              cpu: bool = False, fused_attention: bool = False) -> Dict:
     """Estimated training memory of one replica. ``batch`` = examples per optimizer update (per replica);
     each of the ``grad_accum_steps`` micro-batches holds ``ceil(batch / grad_accum_steps)``. Returns a dict of
-    bytes (the model: PERFORMANCE.md, "The RAM estimator"); ``total`` = parameters + optimizer state + step peak.
+    bytes (the model: this module's docstring); ``total`` = parameters + optimizer state + step peak.
     ``fused_attention``: the step runs the compiled attention kernels (see ``fused_attention_applies``)."""
     c = _as_config(config)
     if optimizer not in OPTIMIZER_SLOTS:
@@ -319,7 +369,7 @@ def estimate(config: Union[XLNetConfig, str, dict], seq_len: int, batch: int, pr
     largest = max(c.d_model * c.d_inner if n_tr else 0, tp["embeddings"] and c.n_token * c.d_model, hp)
     opt_tmp = 4 * largest * (1 if jit else 2)               # per-variable temporaries of clipping / Adam
 
-    # ---- the step's timeline (PERFORMANCE.md, "The RAM estimator")
+    # ---- the step's timeline (this module's docstring)
     phases = {}
     # forward, at the top block's attention scores (its FFN half does not exist yet); then after the head
     below_top = max(n_tr - 1, 0) * kept_per_block
@@ -463,7 +513,7 @@ def main(argv=None) -> int:
                    help="cpu: XLA:CPU upcasts 16-bit matmuls, so mixed precision keeps float32 activations")
     p.add_argument("--rng_hoisting", default="auto", choices=["auto", "true", "false"],
                    help="auto (= --jit): XLA draws every block's dropout randoms at the start of the step "
-                        "(PERFORMANCE.md, \"The RAM estimator\"); false: the estimate without that effect")
+                        "(this module's docstring); false: the estimate without that effect")
     p.add_argument("--fused_attention", default="auto", choices=["auto", "true", "false"],
                    help="auto: the compiled attention kernels when they would run (--device=cpu, --jit update or "
                         "false, float32, the library built); they keep fewer [b, n, q, k] tensors")
