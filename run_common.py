@@ -45,12 +45,16 @@ def model_config(F, **overrides):
     """XLNetConfig from --model_config_path (or the checkpoint's), with the run options of the flags."""
     from xlnet_tf import XLNetConfig
     from xlnet_tf import checkpoint
+    from xlnet_tf.config import describe_activation
 
     run = dict(dropout=F.dropout, dropatt=F.dropatt, clamp_len=F.clamp_len, recompute=F.recompute,
                pos_dropout=F.pos_dropout, accelerate=F.accelerate)
     run.update(overrides)
     if F.model_config_path:
-        return XLNetConfig.load(F.model_config_path, **run)
+        config = XLNetConfig.load(F.model_config_path, **run)
+        logging.getLogger("run").info("--model_config_path=%s: %s", F.model_config_path,
+                                      describe_activation(config.ff_activation))
+        return config
     if F.init_checkpoint:
         fmt = checkpoint.detect_format(F.init_checkpoint)
         return checkpoint.resolve_config(F.init_checkpoint, fmt, None, run)

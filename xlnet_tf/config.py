@@ -6,11 +6,12 @@ Reads three json layouts:
 * HuggingFace's ``config.json`` (vocab_size instead of n_token, plus run options);
 * our own ``xlnet_tf_config.json`` (every field below).
 
-Activation names: ``"gelu"`` is the original's tanh approximation (what the released weights were trained
-with; HF calls it ``gelu_new``); ``"gelu_exact"`` is the erf form (HF's ``"gelu"`` and ``"gelu_python"``;
-the HF writer uses the latter); ``"relu"``.
-HF configs saying ``"gelu"`` are read as ``"gelu"`` (tanh), faithful to the pretraining; pass
-``ff_activation="gelu_exact"`` to reproduce HF's PyTorch outputs bit for bit on such a config.
+Activation names (``ff_activation``): a checkpoint computes what its own implementation computes with the name
+its config holds. In our names (the original's and our format's): ``"gelu"`` is the original's tanh approximation
+(what the released weights were trained with), ``"gelu_exact"`` the erf form, ``"relu"``. An HF ``config.json``
+(it has ``model_type``, ``architectures`` or ``vocab_size``) is read in transformers' names (``HF_ACTIVATIONS``):
+its ``"gelu"`` (transformers' default) is the erf form, ``"gelu_new"`` the tanh one. ``describe_activation``
+says which is in use (``checkpoint.resolve_config`` logs it); ``ff_activation=`` overrides it.
 """
 
 from __future__ import annotations
@@ -33,6 +34,21 @@ ACCELERATIONS = ("xla", "kernels", "chunks")
 _ACTIVATION_ALIASES = {"gelu": "gelu", "gelu_new": "gelu", "gelu_tanh": "gelu", "gelu_pytorch_tanh": "gelu",
                        "gelu_exact": "gelu_exact", "gelu_erf": "gelu_exact", "gelu_python": "gelu_exact",
                        "relu": "relu"}
+# transformers' ACT2FN names (what an HF config.json says) -> ours for the same function; HF's "gelu" is erf.
+HF_ACTIVATIONS = {"gelu": "gelu_exact", "gelu_python": "gelu_exact", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu",
+                  "gelu_fast": "gelu", "gelu_accurate": "gelu", "relu": "relu"}
+# ours -> the ACT2FN name the HF export writes (read back through HF_ACTIVATIONS: the same function)
+TO_HF_ACTIVATION = {"gelu": "gelu_new", "gelu_exact": "gelu", "relu": "relu"}
+_ACTIVATION_FORMS = {"gelu": "the tanh-approximation GELU (the original XLNet's)", "gelu_exact": "the exact erf GELU",
+                     "relu": "ReLU"}
+
+
+def describe_activation(name: str, why: str = "") -> str:
+    """One phrase for a log line: the function ``ff_activation=name`` computes (``why``: where the name came from)
+    and how to choose the other GELU."""
+    other = {"gelu": "gelu_exact", "gelu_exact": "gelu"}.get(name)
+    hint = f"; ff_activation={other!r} selects {_ACTIVATION_FORMS[other]}" if other else ""
+    return f"feed-forward activation: {_ACTIVATION_FORMS[name]} (ff_activation={name!r}{', ' + why if why else ''}){hint}"
 
 
 def _check_type(source: str, key: str, value: Any, annotation: str) -> None:
@@ -161,6 +177,8 @@ class XLNetConfig:
         hf = "model_type" in d or "architectures" in d or "vocab_size" in d  # HF configs carry more keys
         if "vocab_size" in d and "n_token" not in d:  # HuggingFace layout
             d["n_token"] = d.pop("vocab_size")
+        if hf and isinstance(d.get("ff_activation"), str):  # transformers' names (module docstring)
+            d["ff_activation"] = HF_ACTIVATIONS.get(d["ff_activation"].lower(), d["ff_activation"])
         if "mem_len" in d and d["mem_len"] is None:
             d["mem_len"] = 0
         fields = {f.name: f for f in dataclasses.fields(cls)}
