@@ -26,7 +26,7 @@ def define_flags(fv) -> None:
     d = run_flags.Definer(fv, "Generation")
     run_flags.define_model_flags(fv)
     d.string("prompt", None, "One prompt.")
-    d.string("input_file", None, "Prompts, one per line.")
+    d.string("input_file", None, "Prompts, one per line.", input_path=True)
     d.string("output_file", None, "Where the results go (.jsonl).")
     d.string("export_dir", None, "Write a SavedModel generating from raw text here.")
     d.integer("max_new_tokens", 20, "New tokens per prompt.")

@@ -103,3 +103,107 @@ def test_hf_default_config_greedy_generation_equals_hfs(hf_default_dir):
     # read as the tanh form (what it was before), the third prompt's continuation leaves HF's at token 17
     tanh = Generator(XLNetModel.from_pretrained(str(hf_default_dir), dropout=0.0, dropatt=0.0, ff_activation="gelu"))
     assert tanh.generate(prompts, options) != ref
+
+
+# ------------------------------------------------------------------------------------------ 2-3. --help, one line
+CLIS = ("run_classifier", "run_squad", "run_race", "run_pretrain", "extract_features", "generate")
+
+
+@pytest.mark.parametrize("name", CLIS)
+def test_help_lists_every_flag_of_the_job_by_section_with_its_default(name):
+    import importlib
+
+    from absl import flags
+
+    module = importlib.import_module(name)
+    r = call(module, "--help")
+    assert r.code == 0 and r.error is None and r.stderr == "", r.stderr
+    text = r.stdout
+    assert text.startswith(module.__doc__.strip().splitlines()[0]) and f"Flags of {name}.py" in text
+    fv = flags.FlagValues()
+    module.define_flags(fv)
+    lines = text.splitlines()
+    heads = {line.strip(): i for i, line in enumerate(lines) if line.startswith("  --")}
+    sections = [(i, line[:-1]) for i, line in enumerate(lines) if line and not line.startswith(" ")
+                and line.endswith(":") and i > 2]
+    names = [n for n in fv if fv[n].name == n]
+    assert len(names) >= 5 and len(heads) == len(names), (len(heads), len(names))
+    for n in names:
+        flag = fv[n]
+        head = f"--[no]{n}" if flag.boolean else f"--{n}"
+        assert head in heads, (name, head)
+        at = heads[head]
+        section = [title for i, title in sections if i < at][-1]  # the section it is listed under
+        assert section == flag.section, (n, section, flag.section)
+        described = " ".join(line.strip() for line in lines[at + 1:at + 8] if line.startswith("      "))
+        assert "(default: " in described, (n, described)
+    assert len({t for _, t in sections}) >= 2
+
+
+def test_a_bad_flag_value_is_one_error_line_from_a_process_before_tensorflow():
+    """A real process: exit code 2 and exactly one stderr line, fast because the flags are parsed before
+    TensorFlow is imported."""
+    import time
+
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    t0 = time.time()
+    r = subprocess.run([sys.executable, "run_classifier.py", "--train_steps=many", "--output_dir=/tmp/x"],
+                       cwd=REPO, capture_output=True, text=True, timeout=120, env=env)
+    seconds = time.time() - t0
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: ") and "train_steps" in r.stderr, r.stderr
+    assert r.stdout == ""
+    assert seconds < 15, seconds  # no TensorFlow import (which alone takes several seconds here)
+
+
+def test_missing_input_paths_are_refused_naming_the_flag(tmp_path):
+    import extract_features
+    import generate
+    import run_classifier
+    import run_pretrain
+    import run_race
+    import run_squad
+
+    out = tmp_path / "out"
+    missing = tmp_path / "missing"
+    common = [f"--output_dir={out}", "--model_config_path=tiny", "--do_train"]
+    cases = [(run_classifier, ["--task=sst-2", f"--data_dir={missing}"], "data_dir"),
+             (run_race, [f"--data_dir={missing}"], "data_dir"),
+             (run_squad, [f"--train_file={missing}"], "train_file"),
+             (run_squad, [f"--predict_file={missing}"], "predict_file"),
+             (run_classifier, ["--task=sst-2", f"--data_dir={tmp_path}", f"--spiece_model_file={missing}"],
+              "spiece_model_file"),
+             (run_classifier, ["--task=sst-2", f"--data_dir={tmp_path}", f"--model_config_path={missing}.json"],
+              "model_config_path"),
+             (extract_features, [f"--input_file={missing}", "--output_file=x.npz"], "input_file"),
+             (generate, [f"--input_file={missing}"], "input_file")]
+    for module, args, flag in cases:
+        line = refused(module, *(args if module is generate else common + args))
+        value = f"{missing}.json" if flag == "model_config_path" else str(missing)
+        assert line == f"error: --{flag}={value}: no such file or directory", (module.__name__, line)
+    assert not out.exists()  # refused before any work: no folder made
+    # run_pretrain --train_spm: --spiece_model_file is the model to WRITE, not an input
+    line = refused(run_pretrain, f"--output_dir={out}", f"--model_dir={tmp_path / 'train'}", "--train_spm",
+                   f"--spiece_model_file={tmp_path / 'new' / 'sp.model'}")
+    assert "--train_spm needs --train_input" in line, line
+    line = refused(run_pretrain, f"--output_dir={out}", f"--model_dir={tmp_path / 'train'}",
+                   f"--spiece_model_file={missing}")
+    assert line == f"error: --spiece_model_file={missing}: no such file or directory", line
+    line = refused(run_pretrain, f"--output_dir={out}", f"--model_dir={tmp_path / 'train'}", "--train_spm",
+                   f"--train_input={missing}")
+    assert line == f"error: --train_input: {missing}: no such file", line
+    assert not (tmp_path / "train").exists() and not (tmp_path / "new").exists()
+
+
+def test_a_refused_start_leaves_no_empty_run_folders(glue, tmp_path):
+    """A run refused after its flags parse (here: a vocabulary larger than the model's n_token) creates neither
+    OUTPUT_DIR/model nor OUTPUT_DIR/data; a run that starts creates both."""
+    import run_classifier
+    from tests.conftest import TINIEST, classifier_args
+
+    (tmp_path / "small.json").write_text(json.dumps(dict(TINIEST, n_token=1000)))
+    out = tmp_path / "out"
+    args = classifier_args("SST-2", glue / "SST-2", tmp_path / "small.json", out, L=32, steps=2)
+    line = refused(run_classifier, *args, "--do_train")
+    assert "n_token=1000" in line
+    assert not (out / "model").exists() and not (out / "data").exists()

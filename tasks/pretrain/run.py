@@ -25,16 +25,17 @@ from typing import Dict, List, Optional, Sequence
 log = logging.getLogger("run_pretrain")
 
 
-def expand_inputs(spec: Optional[str]) -> List[str]:
-    """Comma-separated paths and globs -> sorted-per-glob list of existing files."""
+def expand_inputs(spec: Optional[str], flag: Optional[str] = None) -> List[str]:
+    """Comma-separated paths and globs -> sorted-per-glob list of existing files (``flag``: named in the error)."""
     out = []
+    where = f"--{flag}: " if flag else ""
     for part in [p.strip() for p in (spec or "").split(",") if p.strip()]:
         matches = sorted(glob.glob(part)) if any(c in part for c in "*?[") else [part]
         if not matches:
-            raise FileNotFoundError(f"no file matches {part!r}")
+            raise FileNotFoundError(f"{where}no file matches {part!r}")
         for p in matches:
             if not os.path.isfile(p):
-                raise FileNotFoundError(f"input file not found: {p}")
+                raise FileNotFoundError(f"{where}{p}: no such file")
             out.append(p)
     return out
 
@@ -158,6 +159,7 @@ def spiece_model(model_dir: str, train_paths: Sequence[str], spiece_model_file: 
         log.info("reusing SentencePiece model %s", path)
         return path
     t0 = time.time()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     spm_train.train_spm(train_paths, path[:-len(".model")], vocab_size=vocab_size, lower=uncased, quiet=True)
     write_json(meta_path, meta, indent=2, sort_keys=True, ensure_ascii=False)
     log.info("trained SentencePiece model %s (%d pieces) in %.1fs", path, vocab_size, time.time() - t0)
