@@ -34,6 +34,7 @@ def define_flags(fv) -> None:
                                     "left to right with the previous windows' hidden states as memory; the head "
                                     "reads the CLS at the end of the document; only the last window gets gradients")
     run_flags.define_common_flags(fv, default_seq_len=128, default_lr=2e-5)
+    run_flags.define_health_flag(fv)
 
 
 def build_task(F):

@@ -187,7 +187,8 @@ def plan(F, do_eval: Optional[bool] = None, do_predict: Optional[bool] = None, r
                         export_dir=F.export_dir, export_precision=EXPORT_PRECISIONS[F.export_precision],
                         export_huggingface=F.export_huggingface,
                         eval_all_checkpoints=F.eval_all_ckpt,
-                        train_batch_size=F.train_batch_size, results_dir=results_dir)
+                        train_batch_size=F.train_batch_size, results_dir=results_dir,
+                        fail_if_unhealthy=bool(getattr(F, "fail_if_unhealthy", False)))
     plan_.check()
     return plan_
 

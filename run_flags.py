@@ -172,6 +172,15 @@ def define_common_flags(fv: flags.FlagValues, default_seq_len: int = 128, defaul
     d.integer("num_cpu_devices", None, "Split the CPU into N logical devices (testing mirrored).")
 
 
+def define_health_flag(fv: flags.FlagValues, results: str = "eval_results.json") -> None:
+    """``--fail_if_unhealthy`` (the fine-tuning scripts and pretraining): a pipeline acts on "not learning"."""
+    Definer(fv, "What to do").bool(
+        "fail_if_unhealthy", False, f"Exit with code 3 (the health warning as the error line) when the run's health "
+        f"check (tasks/health.py: a collapse, a training loss that did not fall) finds it is not learning, after "
+        f"{results} and the training curve are written; nothing after that (predictions, exports) is done. "
+        f"Overfitting is a note, not a failure.")
+
+
 def define_long_doc_flags(fv: flags.FlagValues, unit: str, memory_help: str, max_segments: bool = True) -> None:
     """``--long_doc_mode``, ``--mem_len`` and (``max_segments``) ``--max_segments``: the classifier's documents,
     RACE's articles, extract_features' texts."""

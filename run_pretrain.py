@@ -67,6 +67,7 @@ def define_flags(fv) -> None:
     d.integer("heldout_every", 0, "Evaluate the held-out loss every N steps (0: at the start and end).")
     d.integer("heldout_seed", 1234, "Seed of the held-out sampler (fixed: the same targets every time).")
     run_flags.define_common_flags(fv, default_seq_len=512, default_lr=1e-4)
+    run_flags.define_health_flag(fv, "pretrain_results.json")
     # with --train_spm, --spiece_model_file is where the trained model goes: an input path only without it
     run_flags.mark_input_path(fv, "spiece_model_file", lambda v: not v.train_spm)
     fv.set_default("train_steps", 100000)
@@ -101,7 +102,7 @@ def job(F):
     plan = PretrainPlan(model_dir=F.model_dir, output_dir=F.output_dir, record_dir=F.record_dir,
                         train_batch_size=F.train_batch_size, grad_accum_steps=F.grad_accum_steps,
                         train_steps=F.train_steps, log_steps=F.iterations, init_checkpoint=F.init_checkpoint,
-                        seed=F.seed, progress=F.progress)
+                        seed=F.seed, progress=F.progress, fail_if_unhealthy=F.fail_if_unhealthy)
     plan.check()
     spec.check()
     plan.train_paths = expand_inputs(F.train_input, "train_input")

@@ -48,6 +48,7 @@ def define_flags(fv) -> None:
                                         "memory; the last window holds the article's tail, the question and option, and the "
                                         "CLS the head reads; only the last window gets gradients")
     run_flags.define_common_flags(fv, default_seq_len=512, default_lr=2e-5)
+    run_flags.define_health_flag(fv)
 
 
 log = logging.getLogger("run_race")

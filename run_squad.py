@@ -60,6 +60,7 @@ def define_flags(fv) -> None:
             "logit) exceed this (predictions.json and the exported has_answer).")
     d.integer("num_workers", None, "Processes building features (default: CPU count, at most 8).")
     run_flags.define_common_flags(fv, default_seq_len=512, default_lr=3e-5)
+    run_flags.define_health_flag(fv)
 
 
 log = logging.getLogger("run_squad")

@@ -207,3 +207,150 @@ def test_a_refused_start_leaves_no_empty_run_folders(glue, tmp_path):
     line = refused(run_classifier, *args, "--do_train")
     assert "n_token=1000" in line
     assert not (out / "model").exists() and not (out / "data").exists()
+
+
+# ------------------------------------------------------------------------------------------ 4. a finished run
+ANIMALS = {"cats": ("cat", "kitten", "tabby"), "dogs": ("dog", "puppy", "terrier"), "birds": ("bird", "sparrow", "owl")}
+
+
+def write_three_class_task(folder, n_train=120, n_dev=30, seed=0):
+    """A generic tsv task of three labels (which animal a sentence is about), learnable by the tiny model."""
+    rng = np.random.default_rng(seed)
+    labels = sorted(ANIMALS)
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, n in (("train", n_train), ("dev", n_dev)):
+        rows = ["text\tlabel"]
+        for i in range(n):
+            label = labels[i % 3]
+            noun = rng.choice(ANIMALS[label])
+            rows.append(f"the {rng.choice(['big', 'small', 'old', 'young'])} {noun} "
+                        f"{rng.choice(['sat', 'ran', 'slept', 'waited'])} {rng.choice(['here', 'there', 'outside'])}"
+                        f"\t{label}")
+        (folder / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return labels
+
+
+@pytest.fixture(scope="module")
+def three_class_run(glue, tmp_path_factory):
+    """run_classifier.py --task=generic on the three-label task: 60 steps of the tiniest model, evaluated."""
+    import run_classifier
+    from tests.conftest import classifier_args
+
+    root = tmp_path_factory.mktemp("three")
+    labels = write_three_class_task(root / "data")
+    out = root / "run"
+    r = succeeds(run_classifier, *classifier_args("generic", root / "data", glue / "cfg.json", out, L=16, steps=80,
+                                                  extra=["--do_train", "--do_eval", "--train_batch_size=16",
+                                                         "--learning_rate=3e-3"]))
+    return out, labels, r
+
+
+@pytest.mark.slow
+def test_a_three_class_run_writes_per_class_scores_a_confusion_matrix_and_a_curve(three_class_run):
+    out, labels, r = three_class_run
+    res = json.loads((out / "eval_results.json").read_text())
+    assert set(res["per_class"]) == set(labels)
+    for scores in res["per_class"].values():
+        assert set(scores) == {"precision", "recall", "f1", "support"} and scores["support"] == 10
+        assert all(0.0 <= scores[k] <= 1.0 for k in ("precision", "recall", "f1"))
+    assert 0.0 <= res["macro_f1"] <= 1.0
+    assert res["macro_f1"] == pytest.approx(np.mean([s["f1"] for s in res["per_class"].values()]), abs=1e-4)
+    matrix = res["confusion_matrix"]
+    counts = np.asarray(matrix["counts"])
+    assert matrix["labels"] == labels and counts.shape == (3, 3) and counts.sum() == res["num_examples"] == 30
+    assert np.trace(counts) / counts.sum() == pytest.approx(res["accuracy"])
+    assert counts.sum(axis=1).tolist() == [10, 10, 10]  # rows: gold
+    # the log shows them as a table
+    assert "confusion matrix (rows: gold, columns: predicted)" in r.stderr and "macro-F1" in r.stderr
+    # the curve: a real PNG with three panels (loss, learning rate, dev accuracy)
+    png = out / "training_curve.png"
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert (width, height) == (800, round((2.4 * 3 + 0.6) * 100))
+    assert f"training curve: {png}" in r.stderr
+    # health: the fit of training and evaluation losses is reported
+    fit = res["health"]["fit"]
+    assert fit["eval_loss"] == pytest.approx(res["loss"], abs=1e-4) and fit["train_loss"] > 0
+
+
+def test_class_scores_by_hand():
+    from tasks.report import class_scores, class_table
+
+    gold = [0, 0, 0, 1, 1, 2, 2, 2, 2, 2]
+    pred = [0, 0, 1, 1, 1, 2, 2, 0, 0, 0]  # label 1 never wrong as gold; class "c" recall 2/5
+    out = class_scores(gold, pred, ["a", "b", "c"])
+    assert out["confusion_matrix"]["counts"] == [[2, 1, 0], [0, 2, 0], [3, 0, 2]]
+    a, b, c = (out["per_class"][k] for k in "abc")
+    assert (a["precision"], a["recall"], a["support"]) == (0.4, round(2 / 3, 4), 3)
+    assert (b["precision"], b["recall"], c["precision"], c["recall"]) == (round(2 / 3, 4), 1.0, 1.0, 0.4)
+    f1 = [2 * p * r / (p + r) for p, r in ((0.4, 2 / 3), (2 / 3, 1.0), (1.0, 0.4))]
+    assert out["macro_f1"] == pytest.approx(np.mean(f1), abs=1e-4)
+    # a class neither in the gold nor predicted scores 0 and is left out of the macro mean (sklearn's rule)
+    out = class_scores([0, 1], [0, 1], ["a", "b", "never"])
+    assert out["per_class"]["never"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 0}
+    assert out["macro_f1"] == 1.0
+    table = class_table(out)
+    assert table[0].split() == ["class", "precision", "recall", "f1", "support"] and len(table) == 1 + 3 + 1 + 2 + 3
+
+
+def test_a_curve_that_cannot_be_drawn_is_a_warning_not_a_failure(tmp_path, caplog, monkeypatch):
+    from tasks import report
+
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # as if matplotlib were not installed
+    with caplog.at_level(logging.WARNING, logger="report"):
+        assert report.write_curve(str(tmp_path / "c.png"), [(1, 2.0), (2, 1.5)], [1e-3, 1e-3]) is None
+    assert not (tmp_path / "c.png").exists()
+    assert "the training curve was not drawn (ModuleNotFoundError" in caplog.text
+
+
+# ------------------------------------------------------------------------------------------ 5. --fail_if_unhealthy
+@pytest.mark.slow
+def test_fail_if_unhealthy_exits_3_with_the_warning_after_writing_the_results(glue, tmp_path):
+    """A learning rate of 1e-9: the loss cannot fall in 20 steps. Without the flag the run succeeds (and warns);
+    with it the exit code is 3, the one error line is the health warning, eval_results.json and the curve are
+    written and nothing after them (the export)."""
+    import run_classifier
+    from tests.conftest import classifier_args
+
+    def args(out, *extra):
+        return classifier_args("SST-2", glue / "SST-2", glue / "cfg.json", out, L=32, steps=20,
+                               extra=["--do_train", "--do_eval", "--train_batch_size=8", "--learning_rate=1e-9",
+                                      f"--export_dir={out}/export", *extra])
+
+    r = call(run_classifier, *args(tmp_path / "a", "--fail_if_unhealthy"))
+    assert r.code == 3, r.stderr[-3000:]
+    lines = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
+    assert lines == [f"error: {r.error}"] and "Traceback" not in r.stderr
+    assert r.error.startswith("sst-2: not learning (--fail_if_unhealthy): ") and "loss did not fall" in r.error
+    res = json.loads((tmp_path / "a" / "eval_results.json").read_text())
+    assert not res["health"]["healthy"] and all(w in r.error for w in res["health"]["warnings"])
+    assert (tmp_path / "a" / "training_curve.png").is_file() and not (tmp_path / "a" / "export").exists()
+    ok = succeeds(run_classifier, *args(tmp_path / "b"))
+    assert "NOT LEARNING? the training loss did not fall" in ok.stderr and (tmp_path / "b" / "export").is_dir()
+
+
+@pytest.mark.slow
+def test_pretraining_fail_if_unhealthy_and_its_final_and_best_losses(tiny_corpus, tmp_path):
+    import run_pretrain
+    from tests.conftest import PRETRAIN_MEM, PRETRAIN_PREDICT, PRETRAIN_REUSE, PRETRAIN_SEQ, tiny_pretrain_config
+
+    tiny_pretrain_config().to_json_file(str(tmp_path / "config.json"))
+    r = call(run_pretrain, f"--train_input={tiny_corpus['corpus']}", f"--spiece_model_file={tiny_corpus['spm']}",
+             f"--model_config_path={tmp_path / 'config.json'}", f"--seq_len={PRETRAIN_SEQ}",
+             f"--reuse_len={PRETRAIN_REUSE}", f"--mem_len={PRETRAIN_MEM}", f"--num_predict={PRETRAIN_PREDICT}",
+             "--perm_size=8", "--train_batch_size=4", "--train_steps=20", "--learning_rate=1e-9",
+             "--iterations=5", "--jit=false", f"--model_dir={tmp_path}/train", f"--output_dir={tmp_path}/out",
+             "--progress=false", "--fail_if_unhealthy")
+    assert r.code == 3 and r.error.startswith("pretraining: not learning (--fail_if_unhealthy): the training loss "
+                                              "did not fall"), r.stderr[-3000:]
+    res = json.loads((tmp_path / "train" / "pretrain_results.json").read_text())
+    losses = [l for _, l in res["train_history"]]
+    assert res["train_loss_window"] == 5 and res["train_loss_final"] == pytest.approx(np.mean(losses[-5:]), abs=1e-4)
+    windows = [np.mean(losses[i:i + 5]) for i in range(16)]
+    assert res["train_loss_best"] == pytest.approx(min(windows), abs=1e-4)
+    assert res["train_loss_best_step"] == 5 + int(np.argmin(windows))
+    assert not res["health"]["healthy"]
+    assert (tmp_path / "train" / "training_curve.png").is_file()
+    assert json.loads((tmp_path / "out" / "pretrain_results.json").read_text())["train_loss_final"] == \
+        res["train_loss_final"]

@@ -39,7 +39,7 @@ HF_ACTIVATIONS = {"gelu": "gelu_exact", "gelu_python": "gelu_exact", "gelu_new":
                   "gelu_fast": "gelu", "gelu_accurate": "gelu", "relu": "relu"}
 # ours -> the ACT2FN name the HF export writes (read back through HF_ACTIVATIONS: the same function)
 TO_HF_ACTIVATION = {"gelu": "gelu_new", "gelu_exact": "gelu", "relu": "relu"}
-_ACTIVATION_FORMS = {"gelu": "the tanh-approximation GELU (the original XLNet's)", "gelu_exact": "the exact erf GELU",
+_ACTIVATION_FORMS = {"gelu": "the original XLNet's tanh-approximation GELU", "gelu_exact": "the exact erf GELU",
                      "relu": "ReLU"}
 
 
