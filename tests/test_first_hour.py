@@ -354,3 +354,71 @@ def test_pretraining_fail_if_unhealthy_and_its_final_and_best_losses(tiny_corpus
     assert (tmp_path / "train" / "training_curve.png").is_file()
     assert json.loads((tmp_path / "out" / "pretrain_results.json").read_text())["train_loss_final"] == \
         res["train_loss_final"]
+
+
+# ------------------------------------------------------------------------------------------ 6. smaller points
+@pytest.mark.slow
+def test_generation_logs_a_cut_prompt_and_its_export_records_its_fixed_options(hf_default_dir, tmp_path):
+    import generate
+
+    words = open(shared_path("text", "wikitext2-valid.tokens"), encoding="utf-8").read().split()[:5000]
+    export = tmp_path / "gen_export"
+    r = succeeds(generate, f"--init_checkpoint={hf_default_dir}",
+                 f"--spiece_model_file={shared_path('spiece', 'spiece.model')}", f"--prompt={' '.join(words)}",
+                 "--max_new_tokens=3", f"--export_dir={export}")
+    cut = [line for line in r.stderr.splitlines() if "--max_prompt_length" in line]
+    assert len(cut) == 1 and "1 prompt(s) longer than --max_prompt_length=512 pieces keep their last 512 (prompt 1:" \
+        in cut[0], r.stderr[-3000:]
+    info = json.loads((export / "serving_info.json").read_text())
+    assert info["generation"] == {"max_new_tokens": 3, "eos_id": 2, "pad_id": 5, "mem_len": None,
+                                  "max_prompt_length": 512, "fixed_at_export": True}
+    assert info["precision"] == "float32"
+    assert "generates 3 new tokens per prompt" in r.stderr and "fixed at export" in r.stderr
+
+
+def test_version_is_defined_once_and_convert_names_its_command():
+    import tomllib
+
+    import xlnet_tf
+    from xlnet_tf import convert
+
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
+        project = tomllib.load(f)
+    assert "version" in project["project"]["dynamic"] and "version" not in project["project"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "xlnet_tf.__version__"}
+    assert isinstance(xlnet_tf.__version__, str) and xlnet_tf.__version__.count(".") == 2
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        convert.main(["--help"])
+    assert out.getvalue().startswith("usage: python -m xlnet_tf.convert "), out.getvalue()[:200]
+
+
+@pytest.mark.slow
+def test_dev_sh_installs_the_library_editable_without_network(tmp_path):
+    """dev.sh's editable install of the checkout, run as written (no build isolation, no dependencies) with pip
+    kept off every index and into a temporary target: a script outside the checkout then imports ``xlnet_tf``
+    from the checkout, and nothing of the application (``tasks``)."""
+    import shlex
+
+    lines = [line.strip() for line in open(os.path.join(REPO, "dev.sh"), encoding="utf-8")
+             if "pip install" in line and line.strip().endswith("-e .")]
+    assert len(lines) == 1, lines
+    args = shlex.split(lines[0])
+    assert args[:4] == [".venv/bin/python", "-m", "pip", "install"] and {"--no-build-isolation", "--no-deps"} <= set(args)
+    target = tmp_path / "site"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    assert args[-2:] == ["-e", "."]
+    r = subprocess.run([sys.executable] + args[1:-2] + ["--no-index", "--target", str(target), "-e", REPO],
+                       capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    code = ("import importlib.util, site, sys; site.addsitedir(sys.argv[1]); import xlnet_tf; "
+            "print(xlnet_tf.__file__, xlnet_tf.__version__, importlib.util.find_spec('tasks'))")
+    r = subprocess.run([sys.executable, "-c", code, str(target)], capture_output=True, text=True, env=env,
+                       cwd=tmp_path, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    import xlnet_tf
+
+    assert r.stdout.split() == [os.path.join(REPO, "xlnet_tf", "__init__.py"), xlnet_tf.__version__, "None"]
