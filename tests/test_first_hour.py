@@ -83,6 +83,30 @@ def test_hf_default_config_computes_hfs_function(hf_default_dir, caplog):
     assert all(HF_ACTIVATIONS[TO_HF_ACTIVATION[name]] == name for name in TO_HF_ACTIVATION)
 
 
+def test_the_checkpoint_format_decides_the_activation_names(tmp_path, caplog):
+    """The same ``"gelu"`` is the erf form in an HF directory's config and the tanh form beside an original
+    checkpoint, even in an HF-style config.json there; our own format keeps ours; an override wins."""
+    from xlnet_tf import checkpoint
+    from xlnet_tf.config import XLNetConfig
+
+    hf_style = {"model_type": "xlnet", "vocab_size": 100, "d_model": 16, "n_layer": 1, "n_head": 2, "d_head": 8,
+                "d_inner": 32, "ff_activation": "gelu", "untie_r": True}
+    (tmp_path / "config.json").write_text(json.dumps(hf_style))
+    with caplog.at_level(logging.INFO, logger="xlnet_tf.checkpoint"):
+        assert checkpoint.resolve_config(str(tmp_path), "hf", None, {}).ff_activation == "gelu_exact"
+        assert checkpoint.resolve_config(str(tmp_path), "original", None, {}).ff_activation == "gelu"
+        forced = checkpoint.resolve_config(str(tmp_path), "hf", None, {"ff_activation": "gelu"})
+    assert forced.ff_activation == "gelu"
+    said = [r.getMessage() for r in caplog.records]
+    assert "config.json read as transformers reads it" in said[0] and "exact erf GELU" in said[0]
+    assert "config.json read as the original XLNet reads it" in said[1] and "tanh-approximation GELU" in said[1]
+    assert "ff_activation='gelu', as given" in said[2]
+    bare = {k: v for k, v in hf_style.items() if k not in ("model_type", "vocab_size")}
+    (tmp_path / "config.json").write_text(json.dumps(dict(bare, n_token=100)))  # no HF keys: the format decides
+    assert checkpoint.resolve_config(str(tmp_path), "hf", None, {}).ff_activation == "gelu_exact"
+    assert XLNetConfig.from_dict(dict(bare, n_token=100)).ff_activation == "gelu"  # by layout: ours
+
+
 @pytest.mark.slow
 def test_hf_default_config_greedy_generation_equals_hfs(hf_default_dir):
     import torch

@@ -445,7 +445,7 @@ def resolve_config(path: str, fmt: str, config: Optional[XLNetConfig], overrides
     for n in names:
         p = os.path.join(base, n)
         if os.path.isfile(p):
-            cfg = XLNetConfig.from_json_file(p, **overrides)
+            cfg = XLNetConfig.from_json_file(p, names="hf" if fmt == "hf" else "original", **overrides)
             how = "as given" if "ff_activation" in overrides else f"{n} read as {_IMPLEMENTATION[fmt]} reads it"
             log.info("%s: %s", path, describe_activation(cfg.ff_activation, how))
             return cfg

@@ -10,8 +10,10 @@ Activation names (``ff_activation``): a checkpoint computes what its own impleme
 its config holds. In our names (the original's and our format's): ``"gelu"`` is the original's tanh approximation
 (what the released weights were trained with), ``"gelu_exact"`` the erf form, ``"relu"``. An HF ``config.json``
 (it has ``model_type``, ``architectures`` or ``vocab_size``) is read in transformers' names (``HF_ACTIVATIONS``):
-its ``"gelu"`` (transformers' default) is the erf form, ``"gelu_new"`` the tanh one. ``describe_activation``
-says which is in use (``checkpoint.resolve_config`` logs it); ``ff_activation=`` overrides it.
+its ``"gelu"`` (transformers' default) is the erf form, ``"gelu_new"`` the tanh one. A checkpoint's format
+decides when it is known (``checkpoint.resolve_config``: an HF directory's config in transformers' names, an
+original checkpoint's in the original's, even a ``config.json`` beside it). ``describe_activation`` says which
+function is in use (``resolve_config`` logs it); ``ff_activation=`` overrides it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import dataclasses
 import difflib
 import json
 import os
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 # Keys of the original xlnet_config.json (checkpoint-bound shape).
 SHAPE_KEYS = ("n_layer", "d_model", "n_head", "d_head", "d_inner", "ff_activation", "untie_r", "n_token")
@@ -171,13 +173,16 @@ class XLNetConfig:
         return dataclasses.replace(self, **overrides)
 
     @classmethod
-    def from_dict(cls, d: Dict[str, Any], source: str = "<dict>", **overrides) -> "XLNetConfig":
-        """Builds a config from an original, HuggingFace or own dict; ``overrides`` win."""
+    def from_dict(cls, d: Dict[str, Any], source: str = "<dict>", names: Optional[str] = None,
+                  **overrides) -> "XLNetConfig":
+        """Builds a config from an original, HuggingFace or own dict; ``overrides`` win. ``names``: whose
+        activation names the dict holds, "hf" (transformers') or "original" (the original's and ours), as the
+        checkpoint format it came with says; None: by its layout (HF's keys: "hf")."""
         d = dict(d)
         hf = "model_type" in d or "architectures" in d or "vocab_size" in d  # HF configs carry more keys
         if "vocab_size" in d and "n_token" not in d:  # HuggingFace layout
             d["n_token"] = d.pop("vocab_size")
-        if hf and isinstance(d.get("ff_activation"), str):  # transformers' names (module docstring)
+        if (names == "hf" or (names is None and hf)) and isinstance(d.get("ff_activation"), str):  # module docstring
             d["ff_activation"] = HF_ACTIVATIONS.get(d["ff_activation"].lower(), d["ff_activation"])
         if "mem_len" in d and d["mem_len"] is None:
             d["mem_len"] = 0
@@ -204,7 +209,7 @@ class XLNetConfig:
             raise ValueError(f"{source}: {e}") from None
 
     @classmethod
-    def from_json_file(cls, path: str, **overrides) -> "XLNetConfig":
+    def from_json_file(cls, path: str, names: Optional[str] = None, **overrides) -> "XLNetConfig":
         try:
             with open(path, "r", encoding="utf-8") as f:
                 d = json.load(f)
@@ -214,7 +219,7 @@ class XLNetConfig:
             raise ValueError(f"{path}: not valid json ({e})") from None
         if not isinstance(d, dict):
             raise ValueError(f"{path}: expected a json object, got {type(d).__name__}")
-        return cls.from_dict(d, source=path, **overrides)
+        return cls.from_dict(d, source=path, names=names, **overrides)
 
     @classmethod
     def load(cls, spec: str, **overrides) -> "XLNetConfig":
