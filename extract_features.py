@@ -31,7 +31,7 @@ from tasks import runner
 def define_flags(fv) -> None:
     d = run_flags.Definer(fv, "Features")
     d.string("input_file", None, "Texts, one per line (A ||| B for a pair); blank lines are skipped and "
-             "the output's line_index gives each row's 0-based input line.")
+             "the output's line_index gives each row's 0-based input line.", input_path=True)
     d.string("output_file", None, "Where the vectors go: .npz or .tfrecord.")
     d.list("layers", ["-1"], "Hidden-state indices (0 = embeddings, -1 = last block).")
     d.enum("pooling", "mean", ["mean", "last"], "Pooled vector: mean over real tokens, or the last (CLS).")

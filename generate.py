@@ -8,13 +8,16 @@ r"""Continues text prompts with a pretrained XLNet's LM head (``xlnet_tf/generat
 line (blank lines skipped). A prompt is its SentencePiece pieces alone: no special tokens and no filler text
 (HF's pipeline prepends one); the ids equal HF's ``generate`` on the same ids. Each continuation is printed;
 ``--output_file`` gets one JSON object per prompt: ``prompt``, ``prompt_ids``, ``generated_ids`` (up to and
-including ``</s>`` when generated), ``generated_text``. ``--export_dir`` writes a SavedModel with the
-``generate`` (greedy) and ``sample`` signatures over raw text.
+including ``</s>`` when generated), ``generated_text``. A prompt longer than ``--max_prompt_length`` pieces keeps
+its last ones (logged). ``--export_dir`` writes a SavedModel with the ``generate`` (greedy) and ``sample``
+signatures over raw text; ``--max_new_tokens``, ``--max_prompt_length`` and ``--mem_len`` are fixed in it
+(recorded in its ``serving_info.json`` under ``generation``).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 
 import run_common
@@ -26,10 +29,10 @@ def define_flags(fv) -> None:
     d = run_flags.Definer(fv, "Generation")
     run_flags.define_model_flags(fv)
     d.string("prompt", None, "One prompt.")
-    d.string("input_file", None, "Prompts, one per line.")
+    d.string("input_file", None, "Prompts, one per line.", input_path=True)
     d.string("output_file", None, "Where the results go (.jsonl).")
     d.string("export_dir", None, "Write a SavedModel generating from raw text here.")
-    d.integer("max_new_tokens", 20, "New tokens per prompt.")
+    d.integer("max_new_tokens", 20, "New tokens per prompt (the export's: fixed at export, in serving_info.json).")
     d.bool("do_sample", False, "Sample (default: greedy).")
     d.float("temperature", 1.0, "Sampling temperature (> 0).")
     d.integer("top_k", 0, "Sample among the k most likely tokens (0 = all).")
@@ -37,7 +40,7 @@ def define_flags(fv) -> None:
     d.integer("seed", 0, "Sampling seed (same seed, same ids).")
     d.integer("mem_len", None, "Memory kept in positions + 2 (HF's mem_len; default: all).")
     d.integer("batch_size", 8, "Prompts per batch.")
-    d.integer("max_prompt_length", 512, "Longer prompts keep their last pieces.")
+    d.integer("max_prompt_length", 512, "Longer prompts keep their last pieces (logged; the export's: fixed).")
 
 
 def read_prompts(F):
@@ -76,7 +79,14 @@ def job(F):
                                     eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id, mem_len=F.mem_len)
     except ValueError as e:
         raise ValueError(f"--{e}") from None
-    ids = [tokenizer.encode(p)[-F.max_prompt_length:] for p in prompts]
+    full = [tokenizer.encode(p) for p in prompts]
+    ids = [i[-F.max_prompt_length:] for i in full]
+    cut = [(n, len(i)) for n, i in enumerate(full, 1) if len(i) > F.max_prompt_length]
+    if cut:
+        logging.getLogger("generate").warning(
+            "%d prompt(s) longer than --max_prompt_length=%d pieces keep their last %d (prompt %d: %d pieces%s)",
+            len(cut), F.max_prompt_length, F.max_prompt_length, cut[0][0], cut[0][1],
+            f"; {len(cut) - 1} more" if len(cut) > 1 else "")
     for n, (p, i) in enumerate(zip(prompts, ids), 1):
         if not i:
             raise ValueError(f"prompt {n} ({p[:40]!r}): no pieces after tokenisation")

@@ -23,7 +23,8 @@ def define_flags(fv) -> None:
     d = run_flags.Definer(fv, "Task")
     d.string("task", None, "Task name (see the module docstring).")
     d.string("task_name", None, "Alias of --task (the original's flag name).")
-    d.string("data_dir", None, "The task's data (GLUE folder, aclImdb folder or tarball, csv folder).")
+    d.string("data_dir", None, "The task's data (GLUE folder, aclImdb folder or tarball, csv folder).",
+             input_path=True)
     d.string("text_a_column", "text", "generic task: column/key of the first text.")
     d.string("text_b_column", None, "generic task: column/key of the second text (pair tasks).")
     d.string("label_column", "label", "generic task: column/key of the label.")
@@ -33,6 +34,7 @@ def define_flags(fv) -> None:
                                     "left to right with the previous windows' hidden states as memory; the head "
                                     "reads the CLS at the end of the document; only the last window gets gradients")
     run_flags.define_common_flags(fv, default_seq_len=128, default_lr=2e-5)
+    run_flags.define_health_flag(fv)
 
 
 def build_task(F):

@@ -32,25 +32,27 @@ def long_doc_options(F):
 
 
 def output_paths(F) -> Dict[str, str]:
+    """The run's directories (created by ``start_run`` once the run may start: a refused start leaves none)."""
     if not F.output_dir:
         raise ValueError("--output_dir is required")
-    paths = {"output_dir": F.output_dir, "model_dir": model_dir(F),
-             "cache_dir": F.cache_dir or os.path.join(F.output_dir, "data")}
-    for p in paths.values():
-        os.makedirs(p, exist_ok=True)
-    return paths
+    return {"output_dir": F.output_dir, "model_dir": model_dir(F),
+            "cache_dir": F.cache_dir or os.path.join(F.output_dir, "data")}
 
 
 def model_config(F, **overrides):
     """XLNetConfig from --model_config_path (or the checkpoint's), with the run options of the flags."""
     from xlnet_tf import XLNetConfig
     from xlnet_tf import checkpoint
+    from xlnet_tf.config import describe_activation
 
     run = dict(dropout=F.dropout, dropatt=F.dropatt, clamp_len=F.clamp_len, recompute=F.recompute,
                pos_dropout=F.pos_dropout, accelerate=F.accelerate)
     run.update(overrides)
     if F.model_config_path:
-        return XLNetConfig.load(F.model_config_path, **run)
+        config = XLNetConfig.load(F.model_config_path, **run)
+        logging.getLogger("run").info("--model_config_path=%s: %s", F.model_config_path,
+                                      describe_activation(config.ff_activation))
+        return config
     if F.init_checkpoint:
         fmt = checkpoint.detect_format(F.init_checkpoint)
         return checkpoint.resolve_config(F.init_checkpoint, fmt, None, run)
@@ -149,9 +151,10 @@ def start_run(F, run_dir: str, script: str, task: str, config, tokenizer, traini
               train_sources: Optional[Sequence[str]] = (), data: Optional[Dict] = None,
               work_dirs: Sequence[str] = (), memory: Optional[Dict] = None):
     """Checks the inputs against the model and takes ``run_dir`` for this run (``run_state.take_run_dir``: lock,
-    stale temporaries, manifest). Held until the process exits. ``train_sources=None``: the training data
-    is not given to this run (reused records) and not compared. ``memory``: the task's arguments of
-    ``check_memory`` (head, rows per example, the length flag)."""
+    stale temporaries, manifest), then creates ``work_dirs`` (the run's checkpoint and cache directories: created
+    only here, so a refused start leaves no empty folders). Held until the process exits. ``train_sources=None``:
+    the training data is not given to this run (reused records) and not compared. ``memory``: the task's arguments
+    of ``check_memory`` (head, rows per example, the length flag)."""
     import run_state
 
     vocab = int(tokenizer.vocab_size)
@@ -163,7 +166,10 @@ def start_run(F, run_dir: str, script: str, task: str, config, tokenizer, traini
         check_schedule(F)
     check_memory(F, config, training, **(memory or {}))
     manifest = run_state.run_manifest(F, script, task, config, tokenizer, data, train_sources)
-    return run_state.take_run_dir(F, run_dir, manifest, training, work_dirs)
+    guard = run_state.take_run_dir(F, run_dir, manifest, training, work_dirs)
+    for d in work_dirs:
+        os.makedirs(d, exist_ok=True)
+    return guard
 
 
 def model_dir(F) -> str:
@@ -181,7 +187,8 @@ def plan(F, do_eval: Optional[bool] = None, do_predict: Optional[bool] = None, r
                         export_dir=F.export_dir, export_precision=EXPORT_PRECISIONS[F.export_precision],
                         export_huggingface=F.export_huggingface,
                         eval_all_checkpoints=F.eval_all_ckpt,
-                        train_batch_size=F.train_batch_size, results_dir=results_dir)
+                        train_batch_size=F.train_batch_size, results_dir=results_dir,
+                        fail_if_unhealthy=bool(getattr(F, "fail_if_unhealthy", False)))
     plan_.check()
     return plan_
 

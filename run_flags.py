@@ -20,7 +20,11 @@ RUN_DIR_FLAGS = ("output_dir", "model_dir", "cache_dir", "export_dir", "record_d
 
 class Definer:
     """``flags.DEFINE_*`` into one ``FlagValues``, each flag tagged with the help section it is listed under
-    (``Definer(fv, "Task").string(...)``; ``section(title)`` switches the section for the next ones)."""
+    (``Definer(fv, "Task").string(...)``; ``section(title)`` switches the section for the next ones).
+
+    ``string(..., input_path=True)`` marks a file or folder the run reads: ``settle`` refuses a value that does
+    not exist, naming the flag, before any work (``input_path`` may also be a function of the parsed
+    ``FlagValues`` saying whether the value is read in this call, see ``mark_input_path``)."""
 
     def __init__(self, fv: flags.FlagValues, section: str):
         self.fv, self.title = fv, section
@@ -33,8 +37,10 @@ class Definer:
         define(name, *args, flag_values=self.fv, **kwargs)
         self.fv[name].section = self.title
 
-    def string(self, name, default, help_, **kw):
+    def string(self, name, default, help_, input_path=False, **kw):
         self._define(flags.DEFINE_string, name, default, help_, **kw)
+        if input_path:
+            mark_input_path(self.fv, name, input_path)
 
     def integer(self, name, default, help_, **kw):
         self._define(flags.DEFINE_integer, name, default, help_, **kw)
@@ -52,14 +58,26 @@ class Definer:
         self._define(flags.DEFINE_list, name, default, help_, **kw)
 
 
+def mark_input_path(fv: flags.FlagValues, name: str, when=True) -> None:
+    """``--name`` is a file or folder the run reads (``when``: True, or a function of the parsed ``FlagValues``
+    saying whether it is read in this call): ``settle`` checks that it exists."""
+    fv[name].input_path = when
+
+
+def _path_like(value: str) -> bool:
+    """A --model_config_path that names a file (else a preset name such as ``base``)."""
+    return value.endswith(".json") or os.sep in value
+
+
 def define_model_flags(fv: flags.FlagValues) -> None:
     """The model and tokenizer flags of every entry point (``generate.py`` defines only these of the shared ones)."""
     d = Definer(fv, "Model and tokenizer")
     d.string("model_config_path", None, "XLNetConfig json (original, HF or ours) or a preset name "
-             "(tiny/small/base/large). Default: the config next to --init_checkpoint.")
+             "(tiny/small/base/large). Default: the config next to --init_checkpoint.",
+             input_path=lambda v: _path_like(v.model_config_path))
     d.string("init_checkpoint", None, "Original TF1 checkpoint (dir or prefix), HuggingFace dir or our own format. "
              "Fine-tuning from random initialisation when absent.")
-    d.string("spiece_model_file", None, "SentencePiece model.")
+    d.string("spiece_model_file", None, "SentencePiece model.", input_path=True)
     d.bool("uncased", False, "Lower-case the input (uncased models).")
 
 
@@ -154,6 +172,15 @@ def define_common_flags(fv: flags.FlagValues, default_seq_len: int = 128, defaul
     d.integer("num_cpu_devices", None, "Split the CPU into N logical devices (testing mirrored).")
 
 
+def define_health_flag(fv: flags.FlagValues, results: str = "eval_results.json") -> None:
+    """``--fail_if_unhealthy`` (the fine-tuning scripts and pretraining): a pipeline acts on "not learning"."""
+    Definer(fv, "What to do").bool(
+        "fail_if_unhealthy", False, f"Exit with code 3 (the health warning as the error line) when the run's health "
+        f"check (tasks/health.py: a collapse, a training loss that did not fall) finds it is not learning, after "
+        f"{results} and the training curve are written; nothing after that (predictions, exports) is done. "
+        f"Overfitting is a note, not a failure.")
+
+
 def define_long_doc_flags(fv: flags.FlagValues, unit: str, memory_help: str, max_segments: bool = True) -> None:
     """``--long_doc_mode``, ``--mem_len`` and (``max_segments``) ``--max_segments``: the classifier's documents,
     RACE's articles, extract_features' texts."""
@@ -169,12 +196,19 @@ def define_long_doc_flags(fv: flags.FlagValues, unit: str, memory_help: str, max
 
 
 def settle(fv: flags.FlagValues) -> None:
-    """After parsing: the run's directories made absolute (URLs such as gs://... kept); a missing
-    --init_checkpoint refused (ValueError, one line)."""
+    """After parsing: the run's directories made absolute (URLs such as gs://... kept); a missing input path
+    (``mark_input_path``) or --init_checkpoint refused (ValueError, one line naming the flag)."""
     for name in RUN_DIR_FLAGS:
         value = fv[name].value if name in fv else None
         if value and "://" not in value:
             setattr(fv, name, os.path.abspath(os.path.expanduser(value)))
+    for name in fv:
+        flag = fv[name]
+        when = getattr(flag, "input_path", False)
+        if name != flag.name or not when or not flag.value or "://" in flag.value:
+            continue
+        if (when is True or when(fv)) and not os.path.exists(os.path.expanduser(flag.value)):
+            raise ValueError(f"--{name}={flag.value}: no such file or directory")
     path = fv["init_checkpoint"].value if "init_checkpoint" in fv else None
     if path and "://" not in path and not os.path.isdir(path):
         folder, prefix = os.path.split(os.path.abspath(path))

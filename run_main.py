@@ -14,8 +14,10 @@ arguments and read ``Exit.code`` and ``Exit.error``): a fresh ``FlagValues`` per
 times; what a run holds (its output directory's lock) is released when it returns.
 
 Exit codes: 0 done; 2 a refusal (bad flag, bad input, a conflicting run, no space left), with ONE line
-``error: ...`` on stderr and no traceback; 130 Ctrl-C (the line says where the run resumes). Anything else is a
-bug: in a process its traceback and exit code 1; in-process the exception propagates to the caller.
+``error: ...`` on stderr and no traceback; 3 ``--fail_if_unhealthy`` and the run is not learning (its results
+were written; the line is the health warning: ``tasks.health.NotLearning``); 130 Ctrl-C (the line says where the
+run resumes). Anything else is a bug: in a process its traceback and exit code 1; in-process the exception
+propagates to the caller.
 
 Process settings made here, before TensorFlow is imported (a user's own setting wins): ``TF_ENABLE_ONEDNN_OPTS=1``
 (oneDNN doubles float32 matmul speed on the AMD CPUs measured, where TensorFlow leaves it off) and
@@ -46,11 +48,12 @@ HELP = ("--help", "-h", "--helpfull", "--helpshort", "-?")
 # What a refusal is: bad input of every kind (tasks.errors.DataError and xlnet_tf.checkpoint.CheckpointError are
 # ValueErrors too), a missing file, another run in the way.
 REFUSALS = (ValueError, FileNotFoundError)
+UNHEALTHY = 3  # --fail_if_unhealthy: the run finished, not learning (tasks.health.NotLearning)
 
 
 @dataclasses.dataclass(frozen=True)
 class Exit:
-    """How a call of an entry point ended: ``code`` (0, 2 or 130), ``error`` (the ``error:`` line's text, None
+    """How a call of an entry point ended: ``code`` (0, 2, 3 or 130), ``error`` (the ``error:`` line's text, None
     when it succeeded) and ``value`` (what the job returned)."""
     code: int
     error: Optional[str] = None
@@ -81,11 +84,14 @@ def main(argv: Optional[Sequence[str]], define: Callable[[flags.FlagValues], Non
     setup_logging()
     import_tensorflow()
     import run_state
+    from tasks.health import NotLearning
 
     try:
         return Exit(0, value=job(fv))
     except KeyboardInterrupt as e:
         return _refuse(interrupted_message(e), 130)
+    except NotLearning as e:
+        return _refuse(str(e), UNHEALTHY)
     except REFUSALS as e:
         return _refuse(str(e))
     except OSError as e:

@@ -67,6 +67,9 @@ def define_flags(fv) -> None:
     d.integer("heldout_every", 0, "Evaluate the held-out loss every N steps (0: at the start and end).")
     d.integer("heldout_seed", 1234, "Seed of the held-out sampler (fixed: the same targets every time).")
     run_flags.define_common_flags(fv, default_seq_len=512, default_lr=1e-4)
+    run_flags.define_health_flag(fv, "pretrain_results.json")
+    # with --train_spm, --spiece_model_file is where the trained model goes: an input path only without it
+    run_flags.mark_input_path(fv, "spiece_model_file", lambda v: not v.train_spm)
     fv.set_default("train_steps", 100000)
     fv.set_default("iterations", 100)
 
@@ -99,12 +102,11 @@ def job(F):
     plan = PretrainPlan(model_dir=F.model_dir, output_dir=F.output_dir, record_dir=F.record_dir,
                         train_batch_size=F.train_batch_size, grad_accum_steps=F.grad_accum_steps,
                         train_steps=F.train_steps, log_steps=F.iterations, init_checkpoint=F.init_checkpoint,
-                        seed=F.seed, progress=F.progress)
+                        seed=F.seed, progress=F.progress, fail_if_unhealthy=F.fail_if_unhealthy)
     plan.check()
-    plan.make_dirs()
     spec.check()
-    plan.train_paths = expand_inputs(F.train_input)
-    plan.heldout_paths = expand_inputs(F.heldout_input)
+    plan.train_paths = expand_inputs(F.train_input, "train_input")
+    plan.heldout_paths = expand_inputs(F.heldout_input, "heldout_input")
     spiece = spiece_model(plan.model_dir, plan.train_paths, F.spiece_model_file, F.train_spm, F.vocab_size,
                           F.uncased)
     tokenizer = XLNetTokenizer(spiece, lower=F.uncased)
@@ -113,6 +115,7 @@ def job(F):
                          train_sources=plan.train_paths or None, data=spec.data_settings(),
                          work_dirs=[plan.model_dir],
                          memory={"head": "none", "length_flag": "seq_len" if F.seq_len else "max_seq_length"})
+    plan.make_dirs()  # once the run may start: a refused start leaves no empty folders
     summary = run(spec, plan, config, tokenizer, spiece, run_common.train_config(F, plan.model_dir), strategy)
     print(json.dumps(summary))
     return summary

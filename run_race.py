@@ -36,7 +36,7 @@ import run_main
 
 def define_flags(fv) -> None:
     d = run_flags.Definer(fv, "RACE")
-    d.string("data_dir", None, "RACE folder (or its parent) or RACE.tar.gz.")
+    d.string("data_dir", None, "RACE folder (or its parent) or RACE.tar.gz.", input_path=True)
     d.integer("max_qa_length", 128, "Question+option pieces kept (the last ones).")
     d.bool("high_only", False, "Use only the high-school questions.")
     d.bool("middle_only", False, "Use only the middle-school questions.")
@@ -48,6 +48,7 @@ def define_flags(fv) -> None:
                                         "memory; the last window holds the article's tail, the question and option, and the "
                                         "CLS the head reads; only the last window gets gradients")
     run_flags.define_common_flags(fv, default_seq_len=512, default_lr=2e-5)
+    run_flags.define_health_flag(fv)
 
 
 log = logging.getLogger("run_race")

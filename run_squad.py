@@ -41,8 +41,8 @@ import run_main
 
 def define_flags(fv) -> None:
     d = run_flags.Definer(fv, "SQuAD")
-    d.string("train_file", None, "SQuAD json for training.")
-    d.string("predict_file", None, "SQuAD json to predict (and score: it must carry the answers).")
+    d.string("train_file", None, "SQuAD json for training.", input_path=True)
+    d.string("predict_file", None, "SQuAD json to predict (and score: it must carry the answers).", input_path=True)
     d.string("predict_dir", None, "Where predictions and eval_results.json go (default: OUTPUT_DIR).")
     d.bool("version_2_with_negative", False, "SQuAD 2.0: questions may have no answer. (Also turned on "
            "when a file carries is_impossible fields.)")
@@ -60,6 +60,7 @@ def define_flags(fv) -> None:
             "logit) exceed this (predictions.json and the exported has_answer).")
     d.integer("num_workers", None, "Processes building features (default: CPU count, at most 8).")
     run_flags.define_common_flags(fv, default_seq_len=512, default_lr=3e-5)
+    run_flags.define_health_flag(fv)
 
 
 log = logging.getLogger("run_squad")

@@ -501,6 +501,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         log(f"  WARNING: the model is not learning? {warning}")
     if health.get("causes"):
         log("  likely causes: " + "; ".join(health["causes"]))
+    for note in health.get("notes", []):
+        log(f"  note: {note}")
 
     log("[4/4] the exported SavedModel in a fresh process (imports only tensorflow + tensorflow_text)")
     seen = {line.split("\t")[0] for s in ("train", "dev", "test")
@@ -530,6 +532,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                "artefacts": {"data": data_dir, "tokenizer": spiece, "model_config": config_path,
                              "tfrecords": os.path.join(run_dir, "data"), "checkpoints": os.path.join(run_dir, "model"),
                              "eval_results": eval_path, "predictions": pred_path, "saved_model": export_dir,
+                             "training_curve": os.path.join(run_dir, "training_curve.png"),
                              "run_classifier_log": clf_log}}
     run_common_json(os.path.join(out, "summary.json"), summary)
     log("")
@@ -539,6 +542,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for name, path in (("data", a["data"] + "/{train,dev,test}.tsv, corpus.txt"), ("tokenizer", a["tokenizer"]),
                        ("config", a["model_config"]), ("TFRecords", a["tfrecords"]),
                        ("checkpoints", a["checkpoints"]), ("eval", a["eval_results"]),
+                       ("curve", a["training_curve"]),
                        ("predictions", a["predictions"]), ("SavedModel", a["saved_model"]),
                        ("logs", a["run_classifier_log"]), ("summary", os.path.join(out, "summary.json"))):
         log(f"  {name:11s} {rel(path)}")
@@ -549,6 +553,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         trend = health.get("loss_trend") or {}
         log(f"  health      {verdict}" + (f" (train loss {trend['first_steps_mean']:.3f} -> "
                                            f"{trend['last_steps_mean']:.3f})" if trend else ""))
+        fit = health.get("fit") or {}
+        if fit.get("overfitting"):
+            log(f"              overfits: train loss {fit['train_loss']:.4f}, dev loss {fit['eval_loss']:.4f}")
     log("  timings     " + ", ".join(f"{k} {v:.0f}s" for k, v in timings.items()))
     return 0
 

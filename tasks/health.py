@@ -14,9 +14,13 @@ does not fall) finishes without an error; these checks say so, with the causes t
 * ``likely_causes(context, ...)``: what the settings and inputs suggest (a learning rate outside the range of
   the run's kind, Adam bias correction off without a pretrained checkpoint, inputs that are nearly all padding,
   a gold label column that is constant, warmup longer than the run).
+* ``fit_check(trend, eval_loss)``: overfitting, a NOTE that does not make the run unhealthy (it learned, too
+  well): the evaluation loss is at least ``OVERFIT_RATIO`` times the mean loss of the last 10% of the training
+  steps and ``OVERFIT_GAP`` above it (the demo: training 0.0097, dev 0.74).
 
 The tasks' ``evaluate`` put the prediction check under ``metrics["health"]``; ``tasks.runner`` adds the loss
-trend and the causes and logs one WARNING per finding.
+trend, the fit and the causes and logs one WARNING per finding and per note. ``NotLearning``: what a run with
+``--fail_if_unhealthy`` raises after writing its results (``failure``), exit code 3.
 """
 
 from __future__ import annotations
@@ -34,6 +38,13 @@ COLLAPSE_SHARE = 0.95   # one predicted label at >= 95% of the predictions ...
 GOLD_SHARE = 0.80       # ... while it is < 80% of the gold labels
 MIN_STD_RATIO = 0.10    # regression: std of the predictions >= 10% of the gold std
 FEW_TOKENS = 3          # an input with at most this many real pieces holds no text (<sep> <cls> and at most one)
+OVERFIT_RATIO = 3.0     # overfitting: evaluation loss >= 3x the last training steps' mean loss ...
+OVERFIT_GAP = 0.1       # ... and at least 0.1 above it
+
+
+class NotLearning(Exception):
+    """``--fail_if_unhealthy``: the run finished (its results written) but its health check found a problem;
+    the message is the warning. ``run_main`` prints it as the one ``error:`` line, exit code 3."""
 
 
 def loss_trend(history: Sequence) -> Optional[Dict]:
@@ -111,9 +122,12 @@ def add_input_check(check: Dict, num_tokens) -> Dict:
 
 
 def likely_causes(context: Dict, check: Optional[Dict] = None) -> List[str]:
-    """``context``: learning_rate, bias_correction, weight_decay, pretrained (bool), train_steps, warmup_steps."""
+    """``context``: learning_rate, bias_correction, weight_decay, pretrained (bool), train_steps, warmup_steps
+    (without ``pretrained``: a pretraining run, where only the warmup rule applies)."""
     causes = []
     lr, pretrained = context.get("learning_rate"), context.get("pretrained")
+    if "pretrained" not in context:  # pretraining: the fine-tuning rules below do not apply
+        lr, pretrained = None, True
     if lr is not None and lr <= 0:
         causes.append(f"the learning rate is {lr:g}: it must be > 0")
     elif lr is not None and pretrained and lr > 2e-4:
@@ -144,13 +158,31 @@ def likely_causes(context: Dict, check: Optional[Dict] = None) -> List[str]:
     return causes
 
 
-def assess(check: Optional[Dict], trend: Optional[Dict], context: Dict) -> Dict:
-    """The ``health`` entry of eval_results.json: the checks, ``warnings`` (empty when healthy), ``causes``."""
+def fit_check(trend: Optional[Dict], eval_loss: Optional[float]) -> Optional[Dict]:
+    """The last training steps' mean loss next to the evaluation loss; ``overfitting`` per ``OVERFIT_RATIO`` and
+    ``OVERFIT_GAP``. None without both numbers."""
+    if not trend or eval_loss is None or not np.isfinite(eval_loss) or not np.isfinite(trend["last_steps_mean"]):
+        return None
+    train = float(trend["last_steps_mean"])
+    over = bool(eval_loss >= OVERFIT_RATIO * train and eval_loss - train >= OVERFIT_GAP)
+    return {"train_loss": round(train, 4), "eval_loss": round(float(eval_loss), 4), "overfitting": over}
+
+
+def assess(check: Optional[Dict], trend: Optional[Dict], context: Dict, eval_loss: Optional[float] = None) -> Dict:
+    """The ``health`` entry of eval_results.json: the checks, ``warnings`` (empty when healthy), ``causes``, and
+    ``notes`` that do not make a run unhealthy (overfitting, from ``eval_loss``)."""
     warnings = list((check or {}).get("warnings", []))
     if trend and trend["fell"] is False:
         warnings.append(f"the training loss did not fall: {trend['first_steps_mean']:.4f} over the first "
                         f"{trend['window']} steps, {trend['last_steps_mean']:.4f} over the last {trend['window']}")
     out = {"healthy": not warnings, "warnings": warnings, "loss_trend": trend}
+    fit = fit_check(trend, eval_loss)
+    if fit:
+        out["fit"] = fit
+    out["notes"] = [f"overfitting: the training loss ended at {fit['train_loss']:.4f} (mean of the last "
+                    f"{trend['window']} steps) but the evaluation loss is {fit['eval_loss']:.4f}: the model fits its "
+                    f"training examples far better than unseen ones (fewer steps, more dropout or weight decay, or "
+                    f"more data would narrow the gap)"] if fit and fit["overfitting"] else []
     if check:
         out["predictions"] = {k: v for k, v in check.items() if k != "warnings"}
     out["causes"] = likely_causes(context, check) if warnings else []
@@ -158,12 +190,25 @@ def assess(check: Optional[Dict], trend: Optional[Dict], context: Dict) -> Dict:
 
 
 def report(health: Dict, task: str) -> None:
-    """One WARNING per finding (with the likely causes), or one INFO line when the run looks healthy."""
+    """One WARNING per finding (with the likely causes), or one INFO line when the run looks healthy; one WARNING
+    per note (the run stays healthy)."""
     if health["healthy"]:
         trend = health.get("loss_trend")
         detail = f"; loss {trend['first_steps_mean']:.4f} -> {trend['last_steps_mean']:.4f}" if trend else ""
         log.info("%s: the run is learning (no collapse found%s)", task, detail)
-        return
+    else:
+        causes = "; ".join(health["causes"]) or "none visible in the settings"
+        for w in health["warnings"]:
+            log.warning("%s: NOT LEARNING? %s. Likely causes: %s", task, w, causes)
+    for note in health.get("notes", []):
+        log.warning("%s: %s", task, note)
+
+
+def failure(health: Dict, task: str) -> Optional[NotLearning]:
+    """What ``--fail_if_unhealthy`` raises for an unhealthy ``health`` (None when healthy): its warnings and
+    causes in one message."""
+    if health["healthy"]:
+        return None
     causes = "; ".join(health["causes"]) or "none visible in the settings"
-    for w in health["warnings"]:
-        log.warning("%s: NOT LEARNING? %s. Likely causes: %s", task, w, causes)
+    return NotLearning(f"{task}: not learning (--fail_if_unhealthy): {'; '.join(health['warnings'])}. "
+                       f"Likely causes: {causes}")

@@ -3,8 +3,10 @@ points turn flags into a ``Plan`` and a ``TaskSpec``).
 
 Order, the same for every task: every input the run needs is read (features built or taken from the cache)
 before the first training step, so a bad dev or test file fails at once; then training (resumable), evaluation
-of the last (or every kept) checkpoint with ``eval_results.json``, predictions, the SavedModel export and the
-HuggingFace one.
+of the last (or every kept) checkpoint with ``eval_results.json`` and the health check (``tasks/health.py``), the
+training curve ``OUTPUT_DIR/training_curve.png`` (``tasks/report.py``), predictions, the SavedModel export and
+the HuggingFace one. With ``Plan.fail_if_unhealthy`` an unhealthy run stops after its results and curve are
+written (``health.NotLearning``: no predictions, no export).
 """
 
 from __future__ import annotations
@@ -16,14 +18,15 @@ import time
 from typing import Any, Dict, Optional, Sequence
 
 from data import lengths
-from tasks import health
+from tasks import health, report
 
 log = logging.getLogger("runner")
 
 
 @dataclasses.dataclass
 class Plan:
-    """What a run does and where. ``results_dir``: where ``eval_results.json`` goes (default ``output_dir``)."""
+    """What a run does and where. ``results_dir``: where ``eval_results.json`` goes (default ``output_dir``);
+    ``fail_if_unhealthy``: raise ``health.NotLearning`` when the health check warns."""
     output_dir: str
     model_dir: str
     do_train: bool = False
@@ -35,6 +38,7 @@ class Plan:
     eval_all_checkpoints: bool = False
     train_batch_size: int = 32
     results_dir: Optional[str] = None
+    fail_if_unhealthy: bool = False
 
     def check(self) -> None:
         if not (self.do_train or self.do_eval or self.do_predict or self.export_dir or self.export_huggingface):
@@ -132,7 +136,9 @@ class TaskSpec:
         from xlnet_tf.fileutil import write_json
 
         write_json(os.path.join(results_dir, "eval_results.json"), results)
-        log.info("eval: %s", {k: v for k, v in results.items() if k != "all_checkpoints"})
+        log.info("eval: %s", {k: v for k, v in results.items() if not isinstance(v, (dict, list))})
+        for line in report.class_table(results):
+            log.info("  %s", line)
 
     def predict(self, model, output_dir: str) -> str:
         """Writes the predictions of the unlabelled split; returns their path."""
@@ -188,6 +194,7 @@ def run(task: TaskSpec, plan: Plan, config, train_config, strategy=None, init_ch
               if wanted]
     task.prepare(splits)
     context = health_context(train_config, init_checkpoint)
+    verdict, history = None, []
     if plan.do_train:
         t0 = time.time()
         result = ft.train(task.train_dataset, plan.train_batch_size, train_config)
@@ -196,16 +203,24 @@ def run(task: TaskSpec, plan: Plan, config, train_config, strategy=None, init_ch
             log.info("trained %d steps in %.1fs (%.2f steps/s incl. compilation); loss %.4f -> %.4f",
                      len(result.history), seconds, len(result.history) / seconds, result.history[0][1],
                      result.history[-1][1])
+        history = train_history(plan.model_dir, result.history)
         if not plan.do_eval:  # evaluation reports the trend with the predictions
-            health.report(health.assess(None, health.loss_trend(train_history(plan.model_dir, result.history)),
-                                        context), task.name)
+            verdict = health.assess(None, health.loss_trend(history), context)
+            health.report(verdict, task.name)
+            write_curve(task, plan, history, train_config, [])
     if plan.do_eval:
         results = ft.evaluate_checkpoints(plan.model_dir, task.evaluate, all_checkpoints=plan.eval_all_checkpoints,
                                           main_metric=task.main_metric)
-        trend = health.loss_trend(train_history(plan.model_dir)) if plan.model_dir else None
-        results["health"] = health.assess(results.pop("health", None), trend, context)
+        history = train_history(plan.model_dir) if plan.model_dir else []
+        trend = health.loss_trend(history) if plan.model_dir else None
+        results["health"] = verdict = health.assess(results.pop("health", None), trend, context,
+                                                    eval_loss=results.get("loss"))
         health.report(results["health"], task.name)
         task.finish_evaluation(results, plan.results_dir or plan.output_dir)
+        write_curve(task, plan, history, train_config, results.get("all_checkpoints") or [results])
+    failure = health.failure(verdict, task.name) if plan.fail_if_unhealthy and verdict else None
+    if failure:
+        raise failure
     if plan.do_predict:
         path = task.predict(ft.model_for_inference(plan.model_dir), plan.output_dir)
         log.info("predictions: %s", path)
@@ -214,3 +229,13 @@ def run(task: TaskSpec, plan: Plan, config, train_config, strategy=None, init_ch
     if plan.export_huggingface:
         ft.model_for_inference(plan.model_dir).save_pretrained(plan.export_huggingface, format="huggingface")
         log.info("HuggingFace model: %s", plan.export_huggingface)
+
+
+def write_curve(task: TaskSpec, plan: Plan, history, train_config, evaluations) -> None:
+    """``OUTPUT_DIR/training_curve.png`` of a run that trained (``tasks/report.py``): its loss, the learning rate
+    of ``train_config``'s schedule, and the evaluation loss and main metric at each evaluation."""
+    if not history:
+        return
+    rates = report.learning_rates(train_config, [h[0] for h in history]) if train_config is not None else None
+    report.write_curve(os.path.join(plan.output_dir, report.CURVE_FILE), history, rates, evaluations,
+                       metric=task.main_metric, title=f"{task.name}: training curve")

@@ -28,6 +28,10 @@ def test_config_reads_original_hf_and_own(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(hf))
     c2 = XLNetConfig.from_json_file(str(tmp_path / "config.json"))
     assert c2.n_token == 32000 and c2.ff_activation == "gelu" and c2.mem_len == 0
+    # an HF config's names are transformers': its "gelu" (the default) is the erf form; ours is the tanh form
+    (tmp_path / "config.json").write_text(json.dumps(dict(hf, ff_activation="gelu")))
+    assert XLNetConfig.from_json_file(str(tmp_path / "config.json")).ff_activation == "gelu_exact"
+    assert XLNetConfig.from_dict(orig).ff_activation == "gelu"
     c.to_json_file(str(tmp_path / "own.json"))
     assert XLNetConfig.from_json_file(str(tmp_path / "own.json")) == c
     assert XLNetConfig.load("tiny").n_layer == 2

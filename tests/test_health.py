@@ -100,3 +100,27 @@ def test_history_file_covers_every_step_of_a_resumed_run(tmp_path):
     assert json.load(open(path)) == [[1, 2.0], [2, 1.9], [3, 1.8], [4, 1.75], [5, 1.6]]
     write_history(path, [])
     assert len(json.load(open(path))) == 5
+
+
+def test_overfitting_is_a_note_not_a_warning():
+    """The demo's numbers (training loss 0.0097 over its last steps, dev loss 0.74): the run is healthy and the
+    health block says it overfits; a run whose losses agree gets no note."""
+    history = [(i + 1, 1.8 * (1 - i / 600) + 0.0097) for i in range(600)]
+    history[-60:] = [(s, 0.0097) for s, _ in history[-60:]]
+    trend = health.loss_trend(history)
+    out = health.assess(health.label_check(np.array([0, 1] * 5), np.array([0, 1] * 5), ["a", "b"]), trend,
+                        {"pretrained": False, "learning_rate": 1e-3}, eval_loss=0.74)
+    assert out["healthy"] and out["warnings"] == [] and out["causes"] == []
+    assert out["fit"] == {"train_loss": 0.0097, "eval_loss": 0.74, "overfitting": True}
+    assert len(out["notes"]) == 1 and out["notes"][0].startswith("overfitting: the training loss ended at 0.0097")
+    assert health.failure(out, "demo") is None  # --fail_if_unhealthy does not fail an overfitting run
+    close = health.assess(None, trend, {"pretrained": True}, eval_loss=0.02)
+    assert close["fit"]["overfitting"] is False and close["notes"] == []
+    assert "fit" not in health.assess(None, trend, {"pretrained": True})  # no evaluation loss, no fit
+    flat = health.assess(None, health.loss_trend([(i, 1.0) for i in range(1, 51)]), {"pretrained": True})
+    failure = health.failure(flat, "sst-2")
+    assert isinstance(failure, health.NotLearning) and str(failure).startswith(
+        "sst-2: not learning (--fail_if_unhealthy): the training loss did not fall")
+    # pretraining passes no "pretrained": the fine-tuning causes (learning rate ranges, no checkpoint) stay out
+    assert health.likely_causes({"learning_rate": 1e-5, "train_steps": 10, "warmup_steps": 20}) == [
+        "--warmup_steps=20 >= --train_steps=10: the peak learning rate is never reached"]

@@ -46,6 +46,9 @@ def test_pip_install_gives_the_library_importable_outside_the_checkout(tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     assert sorted(p.name for p in target.iterdir() if not p.name.endswith(".dist-info")) == ["xlnet_tf"]
     meta = next(target.glob("xlnet_tf-*.dist-info")) / "METADATA"
+    import xlnet_tf  # the version is defined once, in the package, and read by the build
+
+    assert f"Version: {xlnet_tf.__version__}" in meta.read_text().splitlines()
     requires = [l.split(":", 1)[1].strip() for l in meta.read_text().splitlines() if l.startswith("Requires-Dist:")]
     assert any(r.startswith("safetensors") for r in requires) and any(r.startswith("tensorflow<") for r in requires)
 

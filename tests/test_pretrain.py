@@ -303,6 +303,11 @@ def test_cli_smoke_and_backbone_loads_into_task_model(pretrained):
         res = json.load(f)
     assert [h["step"] for h in res["heldout"]] == [0, 2, 4, 6] and len(res["train_history"]) == 6
     assert "held-out step 6" in pretrained["log"]
+    # the final and best losses (training: over the log window of 2 steps; held-out: its evaluations), the curve
+    assert summary["train_loss_final"] == res["train_loss_final"] and res["train_loss_window"] == 2
+    assert res["train_loss_best"] <= res["train_loss_final"] and res["train_loss_best_step"] in range(2, 7)
+    assert res["heldout_loss_best"] == min(h["loss"] for h in res["heldout"]) and res["health"]["healthy"]
+    assert os.path.getsize(os.path.join(pretrained["train"], "training_curve.png")) > 10_000
     bb = pretrained["dir"]
     assert os.path.isfile(os.path.join(bb, "spiece.model"))
     config = XLNetConfig.load(bb)

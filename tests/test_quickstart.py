@@ -78,7 +78,8 @@ def test_artefacts_exist(demo):
     out, stdout = demo
     for rel in ("data/train.tsv", "data/dev.tsv", "data/test.tsv", "data/corpus.txt", "tokenizer/spiece.model",
                 "model_config.json", "run/eval_results.json", "run/predict/GENERIC.tsv",
-                "run/export/saved_model.pb", "run/run_classifier.log", "summary.json", "serving_check.json"):
+                "run/export/saved_model.pb", "run/run_classifier.log", "run/training_curve.png", "summary.json",
+                "serving_check.json"):
         assert os.path.isfile(os.path.join(out, rel)), rel
     for split in ("train", "dev", "test"):
         assert os.path.isfile(os.path.join(out, "run", "data", f"generic-{split}-40.tfrecord"))

@@ -73,6 +73,12 @@ def test_eval_results_and_loss_falls(race_run):
     assert all(0.0 <= res[k] <= 1.0 for k in ("accuracy", "accuracy_middle", "accuracy_high"))
     overall = (res["accuracy_middle"] * res["num_middle"] + res["accuracy_high"] * res["num_high"]) / EVAL_N
     assert abs(overall - res["accuracy"]) < 1e-9 and np.isfinite(res["loss"])
+    # per gold option: scores and the confusion matrix (rows gold A-D, columns predicted); the training curve
+    counts = np.asarray(res["confusion_matrix"]["counts"])
+    assert res["confusion_matrix"]["labels"] == list("ABCD") and set(res["per_class"]) == set("ABCD")
+    assert counts.sum() == EVAL_N and abs(np.trace(counts) / EVAL_N - res["accuracy"]) < 1e-9
+    assert [res["per_class"][k]["support"] for k in "ABCD"] == counts.sum(axis=1).tolist()
+    assert (out / "training_curve.png").stat().st_size > 10_000
     history = json.loads((out / "model" / "train_history.json").read_text())
     assert [s for s, _ in history] == list(range(1, STEPS + 1))
     first, last = np.mean([l for _, l in history[:10]]), np.mean([l for _, l in history[-10:]])

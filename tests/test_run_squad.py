@@ -270,9 +270,11 @@ def test_bad_input_exits_2_naming_file_and_field(tmp_path, content, where, which
     good = tmp_path / "good.json"
     good.write_text(json.dumps(_doc()))
     files = {"train_file": str(good), "predict_file": str(good), which: str(bad)}
+    unused = tmp_path / "unused.model"  # exists (input paths are checked first), never read: the json fails first
+    unused.write_text("")
     r = call(run_squad, f"--train_file={files['train_file']}", f"--predict_file={files['predict_file']}",
              "--do_train", "--do_predict", f"--output_dir={tmp_path / 'out'}", "--model_config_path=tiny",
-             "--spiece_model_file=unused.model")
+             f"--spiece_model_file={unused}")
     assert r.code == 2, r.stderr[-2000:]
     assert str(bad) in r.error and where in r.error, r.error
 

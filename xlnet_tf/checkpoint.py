@@ -14,9 +14,9 @@ expected and the found shape; no backbone weight is ever left at its random init
 
 The HuggingFace export (``save_pretrained(format="huggingface")``, ``convert --to=huggingface``,
 ``--export_huggingface``) reads the HF name map the other way (``_hf_key_map`` + ``_hf_layout``: which weights
-are per-layer stacks, which are transposed). The config names the same function: our tanh GELU as ``gelu_new``,
-the erf form as ``gelu_python`` (HF's ``"gelu"`` in a config is read as the tanh form, the released weights'
-activation); shared biases (``untie_r=false``) are repeated per layer (HF's modules always hold one per layer);
+are per-layer stacks, which are transposed). The config names the same function in transformers' names
+(``config.TO_HF_ACTIVATION``: our tanh GELU ``gelu_new``, the erf form ``gelu``, read back as the same functions);
+shared biases (``untie_r=false``) are repeated per layer (HF's modules always hold one per layer);
 HF derives ``d_head = d_model / n_head``, so other shapes are refused. A backbone is written as
 ``XLNetLMHeadModel`` (with the LM bias; the bare ``XLNetModel`` lists it as unused); a fine-tuned model as the HF
 class of its head (``XLNetForSequenceClassification`` with ``summary_proj_to_labels=false``,
@@ -32,6 +32,7 @@ import dataclasses
 import glob
 import io
 import json
+import logging
 import os
 import pickle
 import zipfile
@@ -40,12 +41,14 @@ from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from xlnet_tf.config import XLNetConfig
+from xlnet_tf.config import TO_HF_ACTIVATION, XLNetConfig, describe_activation
 from xlnet_tf.fileutil import atomic_directory, write_json
 
 PREFIX = "model/transformer/"
 OWN_CONFIG = "xlnet_tf_config.json"
 CKPT_NAME = "xlnet_model.ckpt"
+
+log = logging.getLogger(__name__)
 
 
 class CheckpointError(ValueError):
@@ -195,9 +198,7 @@ HF_CONFIG = "config.json"
 HF_WEIGHTS = "model.safetensors"
 # Per-layer weights HF keeps one tensor per layer and the original stacks along axis 0.
 _HF_STACKED = ("r_w_bias", "r_r_bias", "r_s_bias", "seg_embed")
-# Our activation names -> HF's ACT2FN names of the same function: our "gelu" (tanh form) is HF's "gelu_new"; the
-# erf form is written "gelu_python" (erf too), since HF's "gelu" in a config is read as the tanh form (config.py).
-_HF_ACTIVATIONS = {"gelu": "gelu_new", "gelu_exact": "gelu_python", "relu": "relu"}
+
 
 
 def _hf_key_map(config: XLNetConfig) -> Dict[str, Tuple[str, ...]]:
@@ -428,15 +429,26 @@ def detect_format(path: str) -> str:
     raise CheckpointError(f"{path}: not a checkpoint directory or prefix")
 
 
+_IMPLEMENTATION = {"own": "xlnet-tf", "original": "the original XLNet", "hf": "transformers"}
+
+
 def resolve_config(path: str, fmt: str, config: Optional[XLNetConfig], overrides: dict) -> XLNetConfig:
+    """The config of the checkpoint at ``path`` (``config``, else the json beside it), with ``overrides``; logs one
+    line naming the feed-forward activation in use (a format's name computes what its implementation computes:
+    ``config.py``'s docstring) and how to choose the other GELU."""
     if config is not None:
-        return config.replace(**overrides) if overrides else config
+        cfg = config.replace(**overrides) if overrides else config
+        log.info("%s: %s", path, describe_activation(cfg.ff_activation, "as configured"))
+        return cfg
     base = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
     names = {"own": (OWN_CONFIG,), "hf": ("config.json",), "original": ("xlnet_config.json", "config.json")}[fmt]
     for n in names:
         p = os.path.join(base, n)
         if os.path.isfile(p):
-            return XLNetConfig.from_json_file(p, **overrides)
+            cfg = XLNetConfig.from_json_file(p, names="hf" if fmt == "hf" else "original", **overrides)
+            how = "as given" if "ff_activation" in overrides else f"{n} read as {_IMPLEMENTATION[fmt]} reads it"
+            log.info("%s: %s", path, describe_activation(cfg.ff_activation, how))
+            return cfg
     raise CheckpointError(f"{path}: no {' or '.join(names)} next to the checkpoint; pass config=XLNetConfig(...)")
 
 
@@ -488,7 +500,7 @@ def hf_config(config: XLNetConfig, head: Optional[HFHead] = None) -> Dict[str, o
                               f"{c.d_model}, n_head={c.n_head}, d_head={c.d_head}")
     out = {"architectures": ["XLNetLMHeadModel"], "model_type": "xlnet",
            "vocab_size": c.n_token, "d_model": c.d_model, "n_layer": c.n_layer, "n_head": c.n_head,
-           "d_head": c.d_head, "d_inner": c.d_inner, "ff_activation": _HF_ACTIVATIONS[c.ff_activation],
+           "d_head": c.d_head, "d_inner": c.d_inner, "ff_activation": TO_HF_ACTIVATION[c.ff_activation],
            "untie_r": c.untie_r, "attn_type": c.attn_type, "bi_data": c.bi_data, "clamp_len": c.clamp_len,
            "same_length": c.same_length, "mem_len": c.mem_len or None, "reuse_len": c.reuse_len or None,
            "dropout": c.dropout, "layer_norm_eps": c.layer_norm_eps, "initializer_range": c.initializer_range,

@@ -6,11 +6,14 @@ Reads three json layouts:
 * HuggingFace's ``config.json`` (vocab_size instead of n_token, plus run options);
 * our own ``xlnet_tf_config.json`` (every field below).
 
-Activation names: ``"gelu"`` is the original's tanh approximation (what the released weights were trained
-with; HF calls it ``gelu_new``); ``"gelu_exact"`` is the erf form (HF's ``"gelu"`` and ``"gelu_python"``;
-the HF writer uses the latter); ``"relu"``.
-HF configs saying ``"gelu"`` are read as ``"gelu"`` (tanh), faithful to the pretraining; pass
-``ff_activation="gelu_exact"`` to reproduce HF's PyTorch outputs bit for bit on such a config.
+Activation names (``ff_activation``): a checkpoint computes what its own implementation computes with the name
+its config holds. In our names (the original's and our format's): ``"gelu"`` is the original's tanh approximation
+(what the released weights were trained with), ``"gelu_exact"`` the erf form, ``"relu"``. An HF ``config.json``
+(it has ``model_type``, ``architectures`` or ``vocab_size``) is read in transformers' names (``HF_ACTIVATIONS``):
+its ``"gelu"`` (transformers' default) is the erf form, ``"gelu_new"`` the tanh one. A checkpoint's format
+decides when it is known (``checkpoint.resolve_config``: an HF directory's config in transformers' names, an
+original checkpoint's in the original's, even a ``config.json`` beside it). ``describe_activation`` says which
+function is in use (``resolve_config`` logs it); ``ff_activation=`` overrides it.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import dataclasses
 import difflib
 import json
 import os
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 # Keys of the original xlnet_config.json (checkpoint-bound shape).
 SHAPE_KEYS = ("n_layer", "d_model", "n_head", "d_head", "d_inner", "ff_activation", "untie_r", "n_token")
@@ -33,6 +36,21 @@ ACCELERATIONS = ("xla", "kernels", "chunks")
 _ACTIVATION_ALIASES = {"gelu": "gelu", "gelu_new": "gelu", "gelu_tanh": "gelu", "gelu_pytorch_tanh": "gelu",
                        "gelu_exact": "gelu_exact", "gelu_erf": "gelu_exact", "gelu_python": "gelu_exact",
                        "relu": "relu"}
+# transformers' ACT2FN names (what an HF config.json says) -> ours for the same function; HF's "gelu" is erf.
+HF_ACTIVATIONS = {"gelu": "gelu_exact", "gelu_python": "gelu_exact", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu",
+                  "gelu_fast": "gelu", "gelu_accurate": "gelu", "relu": "relu"}
+# ours -> the ACT2FN name the HF export writes (read back through HF_ACTIVATIONS: the same function)
+TO_HF_ACTIVATION = {"gelu": "gelu_new", "gelu_exact": "gelu", "relu": "relu"}
+_ACTIVATION_FORMS = {"gelu": "the original XLNet's tanh-approximation GELU", "gelu_exact": "the exact erf GELU",
+                     "relu": "ReLU"}
+
+
+def describe_activation(name: str, why: str = "") -> str:
+    """One phrase for a log line: the function ``ff_activation=name`` computes (``why``: where the name came from)
+    and how to choose the other GELU."""
+    other = {"gelu": "gelu_exact", "gelu_exact": "gelu"}.get(name)
+    hint = f"; ff_activation={other!r} selects {_ACTIVATION_FORMS[other]}" if other else ""
+    return f"feed-forward activation: {_ACTIVATION_FORMS[name]} (ff_activation={name!r}{', ' + why if why else ''}){hint}"
 
 
 def _check_type(source: str, key: str, value: Any, annotation: str) -> None:
@@ -155,12 +173,17 @@ class XLNetConfig:
         return dataclasses.replace(self, **overrides)
 
     @classmethod
-    def from_dict(cls, d: Dict[str, Any], source: str = "<dict>", **overrides) -> "XLNetConfig":
-        """Builds a config from an original, HuggingFace or own dict; ``overrides`` win."""
+    def from_dict(cls, d: Dict[str, Any], source: str = "<dict>", names: Optional[str] = None,
+                  **overrides) -> "XLNetConfig":
+        """Builds a config from an original, HuggingFace or own dict; ``overrides`` win. ``names``: whose
+        activation names the dict holds, "hf" (transformers') or "original" (the original's and ours), as the
+        checkpoint format it came with says; None: by its layout (HF's keys: "hf")."""
         d = dict(d)
         hf = "model_type" in d or "architectures" in d or "vocab_size" in d  # HF configs carry more keys
         if "vocab_size" in d and "n_token" not in d:  # HuggingFace layout
             d["n_token"] = d.pop("vocab_size")
+        if (names == "hf" or (names is None and hf)) and isinstance(d.get("ff_activation"), str):  # module docstring
+            d["ff_activation"] = HF_ACTIVATIONS.get(d["ff_activation"].lower(), d["ff_activation"])
         if "mem_len" in d and d["mem_len"] is None:
             d["mem_len"] = 0
         fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -186,7 +209,7 @@ class XLNetConfig:
             raise ValueError(f"{source}: {e}") from None
 
     @classmethod
-    def from_json_file(cls, path: str, **overrides) -> "XLNetConfig":
+    def from_json_file(cls, path: str, names: Optional[str] = None, **overrides) -> "XLNetConfig":
         try:
             with open(path, "r", encoding="utf-8") as f:
                 d = json.load(f)
@@ -196,7 +219,7 @@ class XLNetConfig:
             raise ValueError(f"{path}: not valid json ({e})") from None
         if not isinstance(d, dict):
             raise ValueError(f"{path}: expected a json object, got {type(d).__name__}")
-        return cls.from_dict(d, source=path, **overrides)
+        return cls.from_dict(d, source=path, names=names, **overrides)
 
     @classmethod
     def load(cls, spec: str, **overrides) -> "XLNetConfig":

@@ -36,7 +36,8 @@ def convert(input_path: str, output_dir: str, config_path: str | None = None, to
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m xlnet_tf.convert", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--input", required=True, help="original checkpoint (dir or prefix), HF directory or ours")
     parser.add_argument("--output", required=True, help="directory to write")
     parser.add_argument("--config", default=None, help="xlnet_config.json when it is not next to the input")

@@ -73,10 +73,13 @@ def float32_outputs(outputs: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
 
 
 def serving_info(module: tf.Module) -> Dict:
-    """What ``serving_info.json`` records of an export: its compute precision (the model's Keras policy)."""
+    """What ``serving_info.json`` records of an export: its compute precision (the model's Keras policy), plus
+    what the module adds (``module.extra_serving_info()``, e.g. the generation options fixed at export)."""
     policy = hardware.policy_name(getattr(module, "model", None))
     compute = {p: d for d, p in hardware.POLICY_OF_DTYPE.items()}.get(policy, policy)
-    return {"precision": compute, "keras_policy": policy, "variable_dtype": "float32", "output_dtype": "float32"}
+    info = {"precision": compute, "keras_policy": policy, "variable_dtype": "float32", "output_dtype": "float32"}
+    extra = getattr(module, "extra_serving_info", None)
+    return dict(info, **extra()) if extra else info
 
 
 def _check_float32_signatures(saved_model_dir: str) -> None:

@@ -251,7 +251,9 @@ class GenerationModule(tf.Module):
 
     Prompts are tokenised in-graph (``TFXLNetTokenizer``, the ids of ``XLNetTokenizer.encode``), their last
     ``max_prompt_length`` pieces kept, left-padded to a multiple of 8; an empty prompt is read as one ``<eod>``
-    (the start of a document). The ``options`` (``max_new_tokens``, eos/pad, ``mem_len``) are fixed at export.
+    (the start of a document). The ``options`` (``max_new_tokens``, eos/pad, ``mem_len``) and
+    ``max_prompt_length`` are fixed at export: ``serving_info.json`` records them under ``generation``
+    (``extra_serving_info``).
     """
 
     def __init__(self, model, spiece_model_file: str, options: GenerationOptions, lower: bool = False,
@@ -265,6 +267,13 @@ class GenerationModule(tf.Module):
         self.eod_id = python_tokenizer.eod_id
         self.options = options
         self.max_prompt_length = int(max_prompt_length)
+
+    def extra_serving_info(self) -> dict:
+        """What ``serving_info.json`` records besides the precision: the options the signatures cannot change."""
+        o = self.options
+        return {"generation": {"max_new_tokens": o.max_new_tokens, "eos_id": o.eos_id, "pad_id": o.pad_id,
+                               "mem_len": o.mem_len, "max_prompt_length": self.max_prompt_length,
+                               "fixed_at_export": True}}
 
     def _run(self, text, do_sample: bool, c: dict):
         from xlnet_tf.export import batch_length, keep_last, pad_rows
@@ -301,6 +310,12 @@ def export_generator(model, spiece_model_file: str, export_dir: str, options: Ge
     """Writes the ``GenerationModule`` SavedModel atomically (``export.save_atomically``)."""
     from xlnet_tf.export import save_atomically
 
+    import logging
+
     Generator(model)  # the same checks as in-process generation
     module = GenerationModule(model, spiece_model_file, options, lower=lower, max_prompt_length=max_prompt_length)
-    return save_atomically(module, export_dir, module.signatures())
+    save_atomically(module, export_dir, module.signatures())
+    logging.getLogger(__name__).info(
+        "%s generates %d new tokens per prompt (eos %s) from the last %d pieces of a prompt: fixed at export, "
+        "recorded in serving_info.json", export_dir, options.max_new_tokens, options.eos_id, max_prompt_length)
+    return export_dir

@@ -71,6 +71,10 @@ class ClassifierRun(runner.TaskSpec):
 
         out, preds = self._predict(model, "dev", self.eval_batch_size)
         metrics = compute_metrics(self.task, out["label"], preds)
+        if not self.task.regression:  # per-class precision / recall / F1, macro-F1, confusion matrix
+            from tasks.report import class_scores
+
+            metrics.update(class_scores(out["label"], preds, list(self.task.labels)))
         metrics.update(loss=float(out["loss"].mean()), step=int(step), num_examples=int(len(out["loss"])))
         metrics["health"] = self.health_check(out, preds)
         return metrics

@@ -7,7 +7,13 @@ Order: the SentencePiece model (given, or trained and cached), the batch layout 
 micro-steps of ``num_streams`` rows -> one group per replica), the training records (written from the corpus or
 reused) and the held-out records, then training in chunks of ``heldout_every`` steps with a held-out
 evaluation after each, ``MODEL_DIR/pretrain_results.json`` rewritten after each chunk, and at the end the
-backbone in ``output_dir`` (with ``spiece.model``).
+backbone in ``output_dir`` (with ``spiece.model``), the training curve ``MODEL_DIR/training_curve.png``
+(``tasks/report.py``) and the health check (``tasks/health.py``: the loss trend, overfitting against the
+held-out loss); ``PretrainPlan.fail_if_unhealthy`` raises ``health.NotLearning`` after the results are written.
+
+``pretrain_results.json`` (also in ``output_dir``, without the per-step history): ``train_loss_final`` (the mean
+loss of the last ``log_steps`` steps, the window the log reports), ``train_loss_best`` and its step (the lowest
+such window), ``heldout_loss_start`` / ``_end`` / ``_best`` (and its step), ``unigram_loss``, ``health``.
 """
 
 from __future__ import annotations
@@ -25,16 +31,17 @@ from typing import Dict, List, Optional, Sequence
 log = logging.getLogger("run_pretrain")
 
 
-def expand_inputs(spec: Optional[str]) -> List[str]:
-    """Comma-separated paths and globs -> sorted-per-glob list of existing files."""
+def expand_inputs(spec: Optional[str], flag: Optional[str] = None) -> List[str]:
+    """Comma-separated paths and globs -> sorted-per-glob list of existing files (``flag``: named in the error)."""
     out = []
+    where = f"--{flag}: " if flag else ""
     for part in [p.strip() for p in (spec or "").split(",") if p.strip()]:
         matches = sorted(glob.glob(part)) if any(c in part for c in "*?[") else [part]
         if not matches:
-            raise FileNotFoundError(f"no file matches {part!r}")
+            raise FileNotFoundError(f"{where}no file matches {part!r}")
         for p in matches:
             if not os.path.isfile(p):
-                raise FileNotFoundError(f"input file not found: {p}")
+                raise FileNotFoundError(f"{where}{p}: no such file")
             out.append(p)
     return out
 
@@ -110,6 +117,7 @@ class PretrainPlan:
     init_checkpoint: Optional[str] = None
     seed: int = 42
     progress: bool = True
+    fail_if_unhealthy: bool = False
 
     def __post_init__(self):
         self.record_dir = self.record_dir or os.path.join(self.model_dir, "data")
@@ -158,6 +166,7 @@ def spiece_model(model_dir: str, train_paths: Sequence[str], spiece_model_file: 
         log.info("reusing SentencePiece model %s", path)
         return path
     t0 = time.time()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     spm_train.train_spm(train_paths, path[:-len(".model")], vocab_size=vocab_size, lower=uncased, quiet=True)
     write_json(meta_path, meta, indent=2, sort_keys=True, ensure_ascii=False)
     log.info("trained SentencePiece model %s (%d pieces) in %.1fs", path, vocab_size, time.time() - t0)
@@ -240,6 +249,21 @@ def heldout_records(spec: PretrainSpec, plan: PretrainPlan, tokenizer, n_token: 
     return files, uni_logp
 
 
+def loss_summary(history: Sequence, window: int) -> Dict:
+    """``train_loss_final`` (mean of the last ``window`` steps), ``train_loss_best`` and ``train_loss_best_step``
+    (the lowest mean over ``window`` consecutive steps, and that window's last step) of [(step, loss)]."""
+    import numpy as np
+
+    if not history:
+        return {}
+    losses = np.asarray([h[1] for h in history], np.float64)
+    w = max(1, min(int(window), losses.size))
+    means = np.convolve(losses, np.ones(w) / w, mode="valid")
+    best = int(np.nanargmin(means)) if np.isfinite(means).any() else len(means) - 1
+    return {"train_loss_final": round(float(means[-1]), 4), "train_loss_best": round(float(means[best]), 4),
+            "train_loss_best_step": int(history[best + w - 1][0]), "train_loss_window": w}
+
+
 def run(spec: PretrainSpec, plan: PretrainPlan, config, tokenizer, spiece: str, train_config, strategy) -> Dict:
     """Pretrains; returns the summary (``step``, ``heldout_loss_start`` / ``_end``, ``unigram_loss``)."""
     import numpy as np
@@ -250,6 +274,7 @@ def run(spec: PretrainSpec, plan: PretrainPlan, config, tokenizer, spiece: str, 
     from xlnet_tf.fileutil import write_json
     from xlnet_tf.pretrain_model import PretrainModel, evaluate_plm
     from xlnet_tf.training import Trainer, write_scalar
+    from tasks import health, report
 
     layout = BatchLayout.of(strategy, plan.train_batch_size, plan.grad_accum_steps, spec.bi_data)
     sampler = spec.sampler(tokenizer)
@@ -318,11 +343,17 @@ def run(spec: PretrainSpec, plan: PretrainPlan, config, tokenizer, spiece: str, 
             "replicas": layout.replicas, "train_tokens": index["num_tokens"], "heldout": heldout_log,
             "train_history": history, "backbone_dir": out_dir if done else None,
         }
+        out.update(loss_summary(history, plan.log_steps))
         if heldout_log:
+            best = min(heldout_log, key=lambda h: h["loss"])
             out["heldout_loss_start"] = heldout_log[0]["loss"]
             out["heldout_loss_end"] = heldout_log[-1]["loss"]
+            out["heldout_loss_best"], out["heldout_loss_best_step"] = best["loss"], best["step"]
             if "unigram_loss" in heldout_log[-1]:
                 out["unigram_loss"] = heldout_log[-1]["unigram_loss"]
+        out["health"] = health.assess(None, health.loss_trend(history), {"train_steps": plan.train_steps,
+                                      "warmup_steps": train_config.warmup_steps},
+                                      eval_loss=heldout_log[-1]["loss"] if heldout_log else None)
         if is_chief:
             dump(results_path, out)
         return out
@@ -356,4 +387,12 @@ def run(spec: PretrainSpec, plan: PretrainPlan, config, tokenizer, spiece: str, 
     out = write_results(done=True)
     if is_chief:
         dump(os.path.join(out_dir, "pretrain_results.json"), {k: v for k, v in out.items() if k != "train_history"})
-    return {k: out[k] for k in ("step", "heldout_loss_start", "heldout_loss_end", "unigram_loss") if k in out}
+        rates = report.learning_rates(train_config, [h[0] for h in history]) if history else None
+        report.write_curve(os.path.join(model_dir, report.CURVE_FILE), history, rates, heldout_log,
+                           title=f"pretraining ({spec.objective})", eval_name="held-out")
+    health.report(out["health"], "pretraining")
+    failure = health.failure(out["health"], "pretraining") if plan.fail_if_unhealthy else None
+    if failure:
+        raise failure
+    return {k: out[k] for k in ("step", "heldout_loss_start", "heldout_loss_end", "unigram_loss", "train_loss_final",
+                                "train_loss_best") if k in out}

@@ -147,6 +147,9 @@ class RaceRun(runner.TaskSpec):
             raise ValueError(f"RACE {self.eval_split}: no labelled questions to score (use --do_predict)")
         labels, choices, levels = out["label"][keep], out["choice"][keep], levels[keep]
         metrics = race_task.race_accuracy(labels, choices, levels)
+        from tasks.report import class_scores
+
+        metrics.update(class_scores(labels, choices, race_task.ANSWER_LETTERS))  # by gold option A-D
         metrics.update(loss=float(out["loss"][keep].mean()), step=int(step), split=self.eval_split,
                        num_examples=int(keep.sum()), num_middle=int((levels == 0).sum()),
                        num_high=int((levels == 1).sum()))
