@@ -85,12 +85,12 @@ class FeatureRun(runner.TaskSpec):
     def head(self):
         from heads.features import FeatureHead
 
-        return FeatureHead(self.config.n_layer, self.layers, self.pooling)
+        return FeatureHead(self.options.config.n_layer, self.layers, self.pooling)
 
     def feature_spec(self):
         from tasks.classification import features as cls_data
 
-        return cls_data.feature_spec(self.L)
+        return cls_data.feature_spec(self.options.max_seq_length)
 
     def predict(self, model, output_dir):
         import numpy as np
@@ -100,15 +100,15 @@ class FeatureRun(runner.TaskSpec):
         from xlnet_tf.training import predict
 
         if self.memory:
-            feats = cls_data.encode_documents(self.tokenizer, [a for a, _ in self.texts], self.L)
-            pooled, tokens = document_vectors(model, feats, self.predict_batch_size)
+            feats = cls_data.encode_documents(self.options.tokenizer, [a for a, _ in self.texts], self.options.max_seq_length)
+            pooled, tokens = document_vectors(model, feats, self.options.predict_batch_size)
             flat = {k: feats[k].reshape(len(tokens), -1) for k in ("input_ids", "padding_mask")}
             write_vectors(self.output_file, pooled, tokens, flat["input_ids"], flat["padding_mask"],
                           np.asarray(model.head.layers, np.int32), self.line_index)
             return self.output_file
-        feats = cls_data.encode_texts(self.tokenizer, [a for a, _ in self.texts],
-                                      [b or "" for _, b in self.texts], self.L)
-        ds = tf.data.Dataset.from_tensor_slices(feats).batch(self.predict_batch_size)
+        feats = cls_data.encode_texts(self.options.tokenizer, [a for a, _ in self.texts],
+                                      [b or "" for _, b in self.texts], self.options.max_seq_length)
+        ds = tf.data.Dataset.from_tensor_slices(feats).batch(self.options.predict_batch_size)
         out = predict(model, ds, self.finetuner.strategy,
                       output_fn=lambda features, outputs: {k: outputs[k] for k in ("tokens", "pooled")})
         head = model.head

@@ -32,21 +32,23 @@ import logging
 import run_common
 import run_flags
 import run_main
+from tasks.race import reader as race_task
+from tasks.race.run import RaceData, RaceRun, race_train_sources  # (no TensorFlow: RaceData's defaults are the flags')
 
 
 def define_flags(fv) -> None:
     d = run_flags.Definer(fv, "RACE")
     d.string("data_dir", None, "RACE folder (or its parent) or RACE.tar.gz.", input_path=True)
-    d.integer("max_qa_length", 128, "Question+option pieces kept (the last ones).")
-    d.bool("high_only", False, "Use only the high-school questions.")
-    d.bool("middle_only", False, "Use only the middle-school questions.")
+    d.integer("max_qa_length", RaceData.max_qa_length, "Question+option pieces kept (the last ones).")
+    d.bool("high_only", RaceData.high_only, "Use only the high-school questions.")
+    d.bool("middle_only", RaceData.middle_only, "Use only the middle-school questions.")
     d.integer("train_subset", None, "Train on N questions of train only (CPU-sized runs; default: all).")
     d.integer("eval_subset", None, "Evaluate/predict on N questions only (default: all).")
-    d.enum("eval_split", "dev", ["dev", "test"], "Split scored by --do_eval.")
+    d.enum("eval_split", RaceData.eval_split, ["dev", "test"], "Split scored by --do_eval.")
     d.integer("num_workers", None, "Processes tokenising RACE (default: CPU count, at most 8).")
-    run_flags.define_long_doc_flags(fv, "article", "per option, the article's earlier windows run left to right as "
-                                        "memory; the last window holds the article's tail, the question and option, and the "
-                                        "CLS the head reads; only the last window gets gradients")
+    run_flags.define_long_doc_flags(fv, "article", "per option, the article's earlier windows run left to right "
+                                    "as memory; the last window holds the article's tail, the question and option, "
+                                    "and the CLS the head reads; only the last window gets gradients")
     run_flags.define_common_flags(fv, default_seq_len=512, default_lr=2e-5)
     run_flags.define_health_flag(fv)
 
@@ -56,9 +58,6 @@ log = logging.getLogger("run_race")
 
 # ---------------------------------------------------------------------------------------------- main
 def job(F):
-    from tasks.race import reader as race_task
-    from tasks.race.run import RaceData, RaceRun, race_train_sources
-
     plan = run_common.plan(F)
     if not F.data_dir and (F.do_train or F.do_eval or F.do_predict):
         raise ValueError("--data_dir is required")

@@ -37,6 +37,7 @@ import logging
 import run_common
 import run_flags
 import run_main
+from tasks.squad.run import SquadOptions  # (no TensorFlow: its defaults are the flags')
 
 
 def define_flags(fv) -> None:
@@ -46,18 +47,18 @@ def define_flags(fv) -> None:
     d.string("predict_dir", None, "Where predictions and eval_results.json go (default: OUTPUT_DIR).")
     d.bool("version_2_with_negative", False, "SQuAD 2.0: questions may have no answer. (Also turned on "
            "when a file carries is_impossible fields.)")
-    d.integer("max_query_length", 64, "Question pieces kept (the first ones).")
-    d.integer("doc_stride", 128, "Stride between the context windows, in pieces.")
+    d.integer("max_query_length", SquadOptions.max_query_length, "Question pieces kept (the first ones).")
+    d.integer("doc_stride", SquadOptions.doc_stride, "Stride between the context windows, in pieces.")
     d.integer("start_n_top", 5, "Beam size of answer starts.")
     d.integer("end_n_top", 5, "Beam size of answer ends per start.")
-    d.integer("n_best_size", 5, "Answers kept per question in nbest.json.")
-    d.integer("max_answer_length", 64, "Longest answer, in pieces.")
-    d.bool("allow_last_paragraph_token", False, "Let an answer start or end on a window's last paragraph "
-           "token (the original rejects such candidates).")
+    d.integer("n_best_size", SquadOptions.n_best_size, "Answers kept per question in nbest.json.")
+    d.integer("max_answer_length", SquadOptions.max_answer_length, "Longest answer, in pieces.")
+    d.bool("allow_last_paragraph_token", SquadOptions.allow_last_paragraph_token, "Let an answer start or end on a "
+           "window's last paragraph token (the original rejects such candidates).")
     d.list("answer_class_hidden_sizes", [], "Hidden sizes of a deeper answer-class MLP (empty: the "
            "original head). --head_hidden_sizes makes the start/end MLPs deeper.")
-    d.float("null_score_diff_threshold", 0.0, "v2.0: predict no answer when the null odds (answer-class "
-            "logit) exceed this (predictions.json and the exported has_answer).")
+    d.float("null_score_diff_threshold", SquadOptions.null_score_diff_threshold, "v2.0: predict no answer when the "
+            "null odds (answer-class logit) exceed this (predictions.json and the exported has_answer).")
     d.integer("num_workers", None, "Processes building features (default: CPU count, at most 8).")
     run_flags.define_common_flags(fv, default_seq_len=512, default_lr=3e-5)
     run_flags.define_health_flag(fv)
@@ -112,13 +113,14 @@ def job(F):
                          train_sources=[F.train_file] if F.do_train else (),
                          data={"max_seq_length": L, "max_query_length": Q, "doc_stride": F.doc_stride, "v2": v2},
                          work_dirs=[paths["model_dir"], paths["cache_dir"]], memory={"head": "squad"})
-    options = dict(max_query_length=Q, doc_stride=F.doc_stride, n_best_size=F.n_best_size,
-                   max_answer_length=F.max_answer_length, allow_last_paragraph_token=F.allow_last_paragraph_token,
-                   null_score_diff_threshold=F.null_score_diff_threshold)
+    squad = SquadOptions(max_query_length=Q, doc_stride=F.doc_stride, n_best_size=F.n_best_size,
+                         max_answer_length=F.max_answer_length,
+                         allow_last_paragraph_token=F.allow_last_paragraph_token,
+                         null_score_diff_threshold=F.null_score_diff_threshold)
     from tasks.squad.run import SquadRun
 
     spec = SquadRun(train=(train_examples, F.train_file) if F.do_train else None,
-                    predict=(predict_examples, F.predict_file) if predict else None, v2=v2, squad_options=options,
+                    predict=(predict_examples, F.predict_file) if predict else None, v2=v2, squad=squad,
                     options=run_common.task_options(F, tokenizer, config, paths["cache_dir"], head_options))
     run_common.run_task(F, spec, plan, config, strategy)
 

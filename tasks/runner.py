@@ -48,17 +48,19 @@ class Plan:
 
 @dataclasses.dataclass(frozen=True)
 class TaskOptions:
-    """What every task's run reads besides its own data (``run_common.task_options`` builds it from the flags).
-    ``max_segments``: memory mode (long documents in up to that many windows; the model's ``config.mem_len`` > 0);
-    ``bucket``: training batches of one length group, padded to their longest (``data.lengths``; memory mode: the
-    same window count). Evaluation batches are always padded to their longest. Padded lengths are rounded up to
-    ``length_multiple`` (``--length_multiple``; None: by device and model size, ``data.lengths.default_multiple``)."""
+    """What every task's run reads besides its own data (``run_common.task_options`` builds it from the flags);
+    the spec reads it as ``spec.options`` (nothing is copied out). ``max_segments``: memory mode (long documents in
+    up to that many windows; the model's ``config.mem_len`` > 0); ``bucket``: training batches of one length
+    group, padded to their longest (``data.lengths``; memory mode: the same window count). Evaluation batches are
+    always padded to their longest. Padded lengths are rounded up to ``length_multiple``. Resolved when built:
+    ``predict_batch_size`` None is ``eval_batch_size``; ``length_multiple`` None is the rule for this machine and
+    model (``data.lengths.default_multiple``)."""
     tokenizer: Any
     config: Any
     max_seq_length: int
     cache_dir: str
     eval_batch_size: int = 32
-    predict_batch_size: Optional[int] = None  # default: eval_batch_size
+    predict_batch_size: Optional[int] = None
     head_options: Dict = dataclasses.field(default_factory=dict)
     seed: int = 42
     progress: bool = True
@@ -67,6 +69,16 @@ class TaskOptions:
     bucket: bool = True
     length_multiple: Optional[int] = None
     num_workers: Optional[int] = None  # processes writing features (tasks that parallelise it)
+
+    def __post_init__(self):
+        if self.predict_batch_size is None:
+            object.__setattr__(self, "predict_batch_size", self.eval_batch_size)
+        if self.max_segments is not None:
+            object.__setattr__(self, "max_segments", int(self.max_segments) or None)
+        if self.length_multiple is None:
+            object.__setattr__(self, "length_multiple", lengths.default_multiple(self.config))
+            log.info("batches padded to their longest example, rounded up to a multiple of %d (by device and model "
+                     "size: xlnet_tf/lengths.py)", self.length_multiple)
 
 
 def check_long_doc(task_name: str, config, max_segments: Optional[int], pair: bool = False) -> None:
@@ -83,26 +95,15 @@ def check_long_doc(task_name: str, config, max_segments: Optional[int], pair: bo
 
 class TaskSpec:
     """What the runner needs of a task. ``finetuner`` (an ``xlnet_tf.finetune.FineTuner``) is set by the
-    runner before any method below is called. ``TaskOptions``' fields are attributes of the spec (``L`` is
-    ``max_seq_length``)."""
+    runner before any method below is called; ``options`` is the run's ``TaskOptions``."""
     name = "task"
     main_metric = "accuracy"
     finetuner = None
     pair = False  # examples of two texts (memory mode refuses them)
 
     def __init__(self, options: TaskOptions):
-        o = options
-        self.options, self.tokenizer, self.config, self.L, self.cache_dir = o, o.tokenizer, o.config, \
-            o.max_seq_length, o.cache_dir
-        self.eval_batch_size, self.predict_batch_size = o.eval_batch_size, o.predict_batch_size or o.eval_batch_size
-        self.head_options, self.seed, self.progress, self.overwrite_data = o.head_options, o.seed, o.progress, \
-            o.overwrite_data
-        self.max_segments, self.bucket = (int(o.max_segments) if o.max_segments else None), o.bucket
-        self.num_workers = o.num_workers
-        self.length_multiple = o.length_multiple or lengths.default_multiple(self.config)
-        log.info("batches padded to their longest example, rounded up to a multiple of %d%s", self.length_multiple,
-                 "" if o.length_multiple else " (by device and model size: xlnet_tf/lengths.py)")
-        check_long_doc(self.name, self.config, self.max_segments, self.pair)
+        self.options = options
+        check_long_doc(self.name, options.config, options.max_segments, self.pair)
 
     def head(self):
         """A fresh head (``xlnet_tf.head.Head``)."""

@@ -1,12 +1,17 @@
 """Classification / regression for the runner (``tasks.runner``): features, training data, dev metrics, test
-predictions (GLUE format) and the SavedModel."""
+predictions (GLUE format) and the SavedModel. Imports no TensorFlow until a method needs the model (the entry
+point reads this module's options before its flags are checked)."""
 
 from __future__ import annotations
 
 import logging
 import os
 
-from tasks import runner
+from tasks import health, runner
+from tasks.classification import features as cls_data
+from tasks.classification.glue import write_glue_predictions
+from tasks.classification.metrics import compute_metrics
+from tasks.report import class_scores
 
 log = logging.getLogger("run_classifier")
 
@@ -21,23 +26,19 @@ class ClassifierRun(runner.TaskSpec):
 
     def build_features(self, split):
         """(TFRecord path, count) of ``split`` ("train", "dev", "test")."""
-        from tasks.classification import features as cls_data
-
-        return cls_data.task_features(self.task, self.data_dir, split, self.tokenizer, self.L, self.cache_dir,
-                                      progress=self.progress, overwrite=self.overwrite_data,
-                                      max_segments=self.max_segments)
+        o = self.options
+        return cls_data.task_features(self.task, self.data_dir, split, o.tokenizer, o.max_seq_length, o.cache_dir,
+                                      progress=o.progress, overwrite=o.overwrite_data, max_segments=o.max_segments)
 
     def head(self):
-        from heads.classification import ClassificationHead
+        from heads.classification import ClassificationHead  # TensorFlow: imported when the run needs it
 
-        t, c = self.task, self.config
+        t, c = self.task, self.options.config
         return ClassificationHead(c.d_model, 1 if t.regression else t.num_labels, regression=t.regression,
-                                  task_name=t.name, n_head=c.n_head, d_head=c.d_head, **self.head_options)
+                                  task_name=t.name, n_head=c.n_head, d_head=c.d_head, **self.options.head_options)
 
     def feature_spec(self):
-        from tasks.classification import features as cls_data
-
-        return cls_data.feature_spec(self.L, self.task.regression, self.max_segments)
+        return cls_data.feature_spec(self.options.max_seq_length, self.task.regression, self.options.max_segments)
 
     def prepare(self, splits):
         for split in splits:
@@ -45,43 +46,35 @@ class ClassifierRun(runner.TaskSpec):
             log.info("%s: %d examples in %s", split, n, path)
 
     def train_dataset(self, batch_size, input_context):
-        from tasks.classification import features as cls_data
-
-        if self.max_segments:
+        o = self.options
+        if o.max_segments:
             return cls_data.make_window_dataset(self.features("train")[0], batch_size, is_training=True,
-                                                bucket=self.bucket, seed=self.seed, input_context=input_context)
-        return cls_data.make_dataset(self.features("train")[0], batch_size, is_training=True, seed=self.seed,
-                                     input_context=input_context, dynamic="left" if self.bucket else None,
-                                     length_multiple=self.length_multiple)
+                                                bucket=o.bucket, seed=o.seed, input_context=input_context)
+        return cls_data.make_dataset(self.features("train")[0], batch_size, is_training=True, seed=o.seed,
+                                     input_context=input_context, dynamic="left" if o.bucket else None,
+                                     length_multiple=o.length_multiple)
 
     def _predict(self, model, split, batch_size):
-        from tasks.classification import features as cls_data
         from xlnet_tf import finetune
 
-        if self.max_segments:
+        if self.options.max_segments:
             ds = cls_data.make_window_dataset(self.features(split)[0], batch_size, is_training=False)
         else:
             ds = cls_data.make_dataset(self.features(split)[0], batch_size, is_training=False, dynamic="left",
-                                       length_multiple=self.length_multiple)
+                                       length_multiple=self.options.length_multiple)
         out = finetune.predict_with_labels(model, ds, self.finetuner.strategy)
         return out, out["score"] if self.task.regression else out["label_pred"]
 
     def evaluate(self, model, step):
-        from tasks.classification.metrics import compute_metrics
-
-        out, preds = self._predict(model, "dev", self.eval_batch_size)
+        out, preds = self._predict(model, "dev", self.options.eval_batch_size)
         metrics = compute_metrics(self.task, out["label"], preds)
         if not self.task.regression:  # per-class precision / recall / F1, macro-F1, confusion matrix
-            from tasks.report import class_scores
-
             metrics.update(class_scores(out["label"], preds, list(self.task.labels)))
         metrics.update(loss=float(out["loss"].mean()), step=int(step), num_examples=int(len(out["loss"])))
         metrics["health"] = self.health_check(out, preds)
         return metrics
 
     def health_check(self, out, preds):
-        from tasks import health
-
         if self.task.regression:
             check = health.regression_check(preds, out["label"])
         else:
@@ -89,9 +82,7 @@ class ClassifierRun(runner.TaskSpec):
         return health.add_input_check(check, out.get("num_tokens", []))
 
     def predict(self, model, output_dir):
-        from tasks.classification.glue import write_glue_predictions
-
-        _, preds = self._predict(model, "test", self.predict_batch_size)
+        _, preds = self._predict(model, "test", self.options.predict_batch_size)
         os.makedirs(os.path.join(output_dir, "predict"), exist_ok=True)
         path = os.path.join(output_dir, "predict", f"{self.task.name.upper()}.tsv")
         write_glue_predictions(self.task, preds, path)
@@ -101,8 +92,8 @@ class ClassifierRun(runner.TaskSpec):
         from tasks.classification.serving import ClassifierServing
 
         labels = None if self.task.regression else list(self.task.labels)
-        serving = ClassifierServing(model, self.tokenizer, self.L, label_names=labels,
-                                    memory=bool(self.max_segments))  # the export reads the whole text
+        serving = ClassifierServing(model, self.options.tokenizer, self.options.max_seq_length, label_names=labels,
+                                    memory=bool(self.options.max_segments))  # the export reads the whole text
         serving.export(export_dir, pair=self.task.is_pair)
         log.info("exported SavedModel to %s (signatures: serving_default(text_a%s), serve_ids, embed)", export_dir,
                  ", text_b" if self.task.is_pair else "")

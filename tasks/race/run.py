@@ -1,5 +1,6 @@
 """RACE for the runner (``tasks.runner``): CPU-sized subsets, features, training data, dev/test accuracy by
-level, test predictions and the SavedModel."""
+level, test predictions and the SavedModel. Imports no TensorFlow until a method needs the model (``RaceData``'s
+defaults are read when run_race.py's flags are defined)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ import random
 import time
 from typing import Dict, Optional
 
-from tasks import runner
+import numpy as np
+
+from data import tfrecord_io
+from tasks import health, runner
+from tasks.race import features as race_data
+from tasks.race import reader as race_task
+from tasks.report import class_scores
+from xlnet_tf.fileutil import atomic_write
 
 log = logging.getLogger("run_race")
 
@@ -52,125 +60,103 @@ class RaceData:
 
 
 class RaceRun(runner.TaskSpec):
-    """RACE for the runner. In memory mode (``options.max_segments``) long articles run in up to that many windows
-    per option; ``options.bucket``: training batches of questions with the same window count."""
+    """RACE for the runner: ``data`` which questions, ``options`` the run's. In memory mode (``options.max_segments``)
+    long articles run in up to that many windows per option; ``options.bucket``: training batches of questions with
+    the same window count."""
     name, main_metric = "race", "accuracy"
 
     def __init__(self, data: RaceData, options: runner.TaskOptions):
         super().__init__(options)
-        self.data_dir, self.QA, self.high_only, self.middle_only = data.data_dir, data.max_qa_length, \
-            data.high_only, data.middle_only
-        self.eval_split, self.subsets = data.eval_split, data.subsets
+        self.data = data
 
     def build_features(self, split):
         """(TFRecord path, question count) of ``split`` ("train", "dev", "test")."""
-        from tasks.race import features as race_data
-        from data import tfrecord_io
-        from tasks.race import reader as race_task
-
-        L, QA, subset = self.L, self.QA, self.subsets.get(split)
-        levels = "-".join(race_task.select_levels(self.high_only, self.middle_only))
+        o, d = self.options, self.data
+        L, QA, subset = o.max_seq_length, d.max_qa_length, d.subsets.get(split)
+        levels = "-".join(race_task.select_levels(d.high_only, d.middle_only))
         sub = f"-sub{subset}" if subset else ""
-        size = f"{L}x{self.max_segments}" if self.max_segments else f"{L}"
-        path = os.path.join(self.cache_dir, f"race-{split}-{levels}-{size}-{QA}{sub}.tfrecord")
-        if self.overwrite_data:
+        size = f"{L}x{o.max_segments}" if o.max_segments else f"{L}"
+        path = os.path.join(o.cache_dir, f"race-{split}-{levels}-{size}-{QA}{sub}.tfrecord")
+        if o.overwrite_data:
             for p in (path, tfrecord_io.manifest_path(path)):
                 if os.path.exists(p):
                     os.remove(p)
         t0 = time.time()
+        lengths = dict(max_seq_length=L, max_qa_length=QA, max_segments=o.max_segments)
         if not subset:
-            n = race_data.write_race_features(self.data_dir, split, path, self.tokenizer, max_seq_length=L,
-                                              max_qa_length=QA, high_only=self.high_only, middle_only=self.middle_only,
-                                              num_workers=self.num_workers, progress=self.progress,
-                                              max_segments=self.max_segments)
+            n = race_data.write_race_features(d.data_dir, split, path, o.tokenizer, high_only=d.high_only,
+                                              middle_only=d.middle_only, num_workers=o.num_workers,
+                                              progress=o.progress, **lengths)
         else:
-            meta = race_data.features_meta(self.data_dir, split, self.tokenizer, max_seq_length=L, max_qa_length=QA,
-                                           high_only=self.high_only, middle_only=self.middle_only,
-                                           max_segments=self.max_segments)
+            meta = race_data.features_meta(d.data_dir, split, o.tokenizer, high_only=d.high_only,
+                                           middle_only=d.middle_only, **lengths)
             meta["subset"] = {"n": int(subset), "seed": 0}
 
             def build():
-                return race_data.iter_features(self.documents(split), self.tokenizer, max_seq_length=L,
-                                               max_qa_length=QA, num_workers=self.num_workers,
-                                               max_segments=self.max_segments)
+                return race_data.iter_features(self.documents(split), o.tokenizer, num_workers=o.num_workers,
+                                               **lengths)
 
             n = tfrecord_io.cached_tfrecords(path, build, self.feature_spec(), meta=meta, total=subset,
-                                             desc=f"RACE {split}", progress=self.progress)
+                                             desc=f"RACE {split}", progress=o.progress)
         log.info("%s: %d questions in %s (%.1fs)", split, n, path, time.time() - t0)
         return path, n
 
     def documents(self, split):
-        from tasks.race import reader as race_task
-
-        docs = race_task.read_race_documents(self.data_dir, split, self.high_only, self.middle_only)
-        return subset_documents(docs, self.subsets.get(split))
+        d = self.data
+        docs = race_task.read_race_documents(d.data_dir, split, d.high_only, d.middle_only)
+        return subset_documents(docs, d.subsets.get(split))
 
     def head(self):
-        from heads.multiple_choice import MultipleChoiceHead
+        from heads.multiple_choice import MultipleChoiceHead  # TensorFlow: imported when the run needs it
 
-        c = self.config
-        return MultipleChoiceHead(c.d_model, n_head=c.n_head, d_head=c.d_head, **self.head_options)
+        c = self.options.config
+        return MultipleChoiceHead(c.d_model, n_head=c.n_head, d_head=c.d_head, **self.options.head_options)
 
     def feature_spec(self):
-        from tasks.race import features as race_data
-
-        return race_data.race_feature_spec(self.L, max_segments=self.max_segments)
+        return race_data.race_feature_spec(self.options.max_seq_length, max_segments=self.options.max_segments)
 
     def prepare(self, splits):
         for split in splits:
-            self.features({"eval": self.eval_split, "predict": "test"}.get(split, split))
+            self.features({"eval": self.data.eval_split, "predict": "test"}.get(split, split))
 
     def train_dataset(self, batch_size, input_context):
-        from tasks.race import features as race_data
-
-        return race_data.race_dataset(self.features("train")[0], self.L, batch_size, is_training=True,
-                                      max_segments=self.max_segments, bucket=self.bucket, seed=self.seed,
-                                      input_context=input_context, length_multiple=self.length_multiple)
+        o = self.options
+        return race_data.race_dataset(self.features("train")[0], o.max_seq_length, batch_size, is_training=True,
+                                      max_segments=o.max_segments, bucket=o.bucket, seed=o.seed,
+                                      input_context=input_context, length_multiple=o.length_multiple)
 
     def _predict(self, model, split, batch_size):
-        from tasks.race import features as race_data
         from xlnet_tf import finetune
 
-        ds = race_data.race_dataset(self.features(split)[0], self.L, batch_size, is_training=False,
-                                    max_segments=self.max_segments, length_multiple=self.length_multiple)
+        o = self.options
+        ds = race_data.race_dataset(self.features(split)[0], o.max_seq_length, batch_size, is_training=False,
+                                    max_segments=o.max_segments, length_multiple=o.length_multiple)
         return finetune.predict_with_labels(model, ds, self.finetuner.strategy), ds
 
     def evaluate(self, model, step):
-        import numpy as np
-
-        from tasks.race import reader as race_task
-
-        out, ds = self._predict(model, self.eval_split, self.eval_batch_size)
+        split = self.data.eval_split
+        out, ds = self._predict(model, split, self.options.eval_batch_size)
         levels = np.concatenate([b.numpy() for b in ds.map(lambda f: f["level"])])
         keep = out["label"] >= 0
         if not keep.any():
-            raise ValueError(f"RACE {self.eval_split}: no labelled questions to score (use --do_predict)")
+            raise ValueError(f"RACE {split}: no labelled questions to score (use --do_predict)")
         labels, choices, levels = out["label"][keep], out["choice"][keep], levels[keep]
         metrics = race_task.race_accuracy(labels, choices, levels)
-        from tasks.report import class_scores
-
         metrics.update(class_scores(labels, choices, race_task.ANSWER_LETTERS))  # by gold option A-D
-        metrics.update(loss=float(out["loss"][keep].mean()), step=int(step), split=self.eval_split,
+        metrics.update(loss=float(out["loss"][keep].mean()), step=int(step), split=split,
                        num_examples=int(keep.sum()), num_middle=int((levels == 0).sum()),
                        num_high=int((levels == 1).sum()))
-        from tasks import health
-
         metrics["health"] = health.add_input_check(health.label_check(choices, labels, "ABCD", what="option"),
                                                    out["num_tokens"][keep])
         return metrics
 
     def predict(self, model, output_dir):
-        import numpy as np
-
-        from tasks.race import reader as race_task
-        from xlnet_tf.fileutil import atomic_write
-
         _, n = self.features("test")
         examples = [ex for d in self.documents("test") for ex in d.examples]
         if len(examples) != n:
             raise ValueError(f"cached test features hold {n} questions, the source {len(examples)}: "
                              f"rerun with --overwrite_data")
-        out, _ = self._predict(model, "test", self.predict_batch_size)
+        out, _ = self._predict(model, "test", self.options.predict_batch_size)
         os.makedirs(os.path.join(output_dir, "predict"), exist_ok=True)
         path = os.path.join(output_dir, "predict", "race-test.tsv")
         with atomic_write(path) as f:
@@ -183,7 +169,9 @@ class RaceRun(runner.TaskSpec):
     def export(self, model, export_dir):
         from tasks.race.serving import RaceServing
 
+        o = self.options
         # memory mode: the export reads the whole article in windows (no max_segments cap)
-        RaceServing(model, self.tokenizer, self.L, self.QA, memory=bool(self.max_segments)).export(export_dir)
+        RaceServing(model, o.tokenizer, o.max_seq_length, self.data.max_qa_length,
+                    memory=bool(o.max_segments)).export(export_dir)
         log.info("exported SavedModel to %s (signatures: serving_default(article, question, options[4]), "
                  "serve_ids)", export_dir)

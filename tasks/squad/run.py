@@ -1,49 +1,62 @@
 """SQuAD v1.1 / v2.0 for the runner (``tasks.runner``): features, training data, predictions of the predict
-file (scored when it has answers) and the SavedModel."""
+file (scored when it has answers) and the SavedModel. Imports no TensorFlow until a method needs the model
+(``SquadOptions``' defaults are read when run_squad.py's flags are defined)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
-from typing import Dict
 
-from tasks import runner
+from tasks import health, runner
+from tasks.squad import features as squad_data
+from tasks.squad import metrics as squad_eval
+from tasks.squad.postprocess import SquadPredictions, concat_results, postprocess, write_predictions
+from xlnet_tf.fileutil import write_json
 
 log = logging.getLogger("run_squad")
 
 
+@dataclasses.dataclass(frozen=True)
+class SquadOptions:
+    """SQuAD's window and answer settings (the original's defaults)."""
+    max_query_length: int = 64  # question pieces kept (the first ones)
+    doc_stride: int = 128  # stride between the context windows, in pieces
+    n_best_size: int = 5  # answers kept per question in nbest.json
+    max_answer_length: int = 64  # longest answer, in pieces
+    allow_last_paragraph_token: bool = False  # the original rejects a span on a window's last paragraph token
+    null_score_diff_threshold: float = 0.0  # v2.0: no answer when the null odds exceed this
+
+
 class SquadRun(runner.TaskSpec):
-    """SQuAD v1.1 / v2.0 for the runner. Evaluation predicts the predict file (scoring it when
-    it has answers) and writes the best checkpoint's predictions; ``squad_options``: the lengths and answer
-    settings (``run_squad.main``)."""
+    """SQuAD v1.1 / v2.0 for the runner. Evaluation predicts the predict file (scoring it when it has answers)
+    and writes the best checkpoint's predictions; ``squad``: the window and answer settings."""
     name = "squad"
 
-    def __init__(self, train, predict, v2: bool, squad_options: Dict, options: runner.TaskOptions):
+    def __init__(self, train, predict, v2: bool, squad: SquadOptions, options: runner.TaskOptions):
         super().__init__(options)
         self.sources = {"train": train, "predict": predict}  # split -> (examples, file) or None
-        self.v2, self.o = v2, squad_options
+        self.v2, self.squad = v2, squad
         self.main_metric = "best_f1" if v2 else "f1"
-        self.null_threshold = squad_options["null_score_diff_threshold"] if v2 else None
+        self.null_threshold = squad.null_score_diff_threshold if v2 else None
         self._kept = {}
 
     def build_features(self, split):
         """(TFRecord path, feature index) of "train" or "predict"."""
-        from tasks.squad import features as squad_data
-
         examples, source = self.sources[split]
-        o = self.o
+        o, q = self.options, self.squad
         base = os.path.splitext(os.path.basename(source))[0]
-        path = os.path.join(self.cache_dir, f"{base}-{split}-L{self.L}-q{o['max_query_length']}-"
-                                            f"s{o['doc_stride']}.tfrecord")
-        if self.overwrite_data:
+        path = os.path.join(o.cache_dir, f"{base}-{split}-L{o.max_seq_length}-q{q.max_query_length}-"
+                                         f"s{q.doc_stride}.tfrecord")
+        if o.overwrite_data:
             for p in (path, path + ".json", squad_data.index_path(path)):
                 if os.path.exists(p):
                     os.remove(p)
         t0 = time.time()
-        index = squad_data.write_squad_features(examples, path, self.tokenizer, self.L, o["doc_stride"],
-                                                o["max_query_length"], is_training=split == "train",
-                                                num_workers=self.num_workers, progress=self.progress)
+        index = squad_data.write_squad_features(examples, path, o.tokenizer, o.max_seq_length, q.doc_stride,
+                                                q.max_query_length, is_training=split == "train",
+                                                num_workers=o.num_workers, progress=o.progress)
         stats = index.stats
         log.info("%s: %d questions -> %d windows in %s (%.1fs; %d with >1 window, %d truncated questions, "
                  "%d answers not mappable to pieces)", split, len(examples), len(index.features), path,
@@ -54,26 +67,22 @@ class SquadRun(runner.TaskSpec):
         return path, index
 
     def head(self):
-        from heads.squad import SquadHead
+        from heads.squad import SquadHead  # TensorFlow: imported when the run needs it
 
-        return SquadHead(self.config.d_model, **self.head_options)
+        return SquadHead(self.options.config.d_model, **self.options.head_options)
 
     def feature_spec(self):
-        from tasks.squad import features as squad_data
-
-        return squad_data.squad_feature_spec(self.L)
+        return squad_data.squad_feature_spec(self.options.max_seq_length)
 
     def prepare(self, splits):
         for split in splits:
             self.features("train" if split == "train" else "predict")
 
     def train_dataset(self, batch_size, input_context):
-        from tasks.squad import features as squad_data
-
-        return squad_data.squad_dataset(self.features("train")[0], self.L, batch_size,
-                                        is_training=True, seed=self.seed, input_context=input_context,
-                                        dynamic="right" if self.bucket else None,
-                                        length_multiple=self.length_multiple)
+        o = self.options
+        return squad_data.squad_dataset(self.features("train")[0], o.max_seq_length, batch_size, is_training=True,
+                                        seed=o.seed, input_context=input_context,
+                                        dynamic="right" if o.bucket else None, length_multiple=o.length_multiple)
 
     @property
     def labelled(self):
@@ -83,12 +92,9 @@ class SquadRun(runner.TaskSpec):
     def evaluate(self, model, step):
         import tensorflow as tf
 
-        from tasks.squad import features as squad_data
-        from tasks.squad import metrics as squad_eval
-        from tasks.squad.postprocess import concat_results, postprocess
         from xlnet_tf.training import predict as run_predict
 
-        o = self.o
+        o, q = self.options, self.squad
         path, index = self.features("predict")
         examples = self.sources["predict"][0]
         version = "2.0" if self.v2 else "1.1"
@@ -99,13 +105,13 @@ class SquadRun(runner.TaskSpec):
             out["loss"] = tf.cast(model.per_example_loss(feats, outputs), tf.float32)
             return out
 
-        ds = squad_data.squad_dataset(path, self.L, self.predict_batch_size, is_training=False,
-                                      dynamic="right", length_multiple=self.length_multiple)
+        ds = squad_data.squad_dataset(path, o.max_seq_length, o.predict_batch_size, is_training=False,
+                                      dynamic="right", length_multiple=o.length_multiple)
         t0 = time.time()
         out = run_predict(model, ds, self.finetuner.strategy, output_fn=output_fn)
-        preds = postprocess(index, concat_results([out]), n_best_size=o["n_best_size"],
-                            max_answer_length=o["max_answer_length"],
-                            allow_last_paragraph_token=o["allow_last_paragraph_token"])
+        preds = postprocess(index, concat_results([out]), n_best_size=q.n_best_size,
+                            max_answer_length=q.max_answer_length,
+                            allow_last_paragraph_token=q.allow_last_paragraph_token)
         dataset = squad_eval.examples_to_dataset(examples, version)
         if not self.labelled:
             metrics = {}
@@ -121,8 +127,6 @@ class SquadRun(runner.TaskSpec):
         if self.v2:
             metrics["null_score_diff_threshold"] = self.null_threshold
             if self.labelled:
-                from tasks import health
-
                 predicted_null = [preds.null_odds[ex.qas_id] > self.null_threshold for ex in examples]
                 metrics["health"] = health.null_check(predicted_null, [ex.is_impossible for ex in examples])
         self._kept[int(step)] = preds
@@ -131,9 +135,6 @@ class SquadRun(runner.TaskSpec):
     def finish_evaluation(self, results, results_dir):
         """Writes the scored checkpoint's predictions (v2: "" where the null odds exceed the threshold, and the
         non-null answers beside), and ``eval_results.json`` when the predict file has answers."""
-        from tasks.squad.postprocess import SquadPredictions, write_predictions
-        from xlnet_tf.fileutil import write_json
-
         preds = self._kept[int(results["step"])]
         if self.v2:
             non_null = dict(preds.predictions)
@@ -151,11 +152,11 @@ class SquadRun(runner.TaskSpec):
                      results_dir)
 
     def export(self, model, export_dir):
-        from tasks.squad.serving import SquadServing
+        from tasks.squad.serving import SquadServing  # TensorFlow
 
-        o = self.o
-        SquadServing(model, self.tokenizer, self.L, o["max_query_length"], o["doc_stride"],
-                     o["max_answer_length"], null_threshold=self.null_threshold,
-                     allow_last_paragraph_token=o["allow_last_paragraph_token"]).export(export_dir)
+        o, q = self.options, self.squad
+        SquadServing(model, o.tokenizer, o.max_seq_length, q.max_query_length, q.doc_stride, q.max_answer_length,
+                     null_threshold=self.null_threshold,
+                     allow_last_paragraph_token=q.allow_last_paragraph_token).export(export_dir)
         log.info("exported SavedModel to %s (signatures: serving_default(question, context), serve_ids)",
                  export_dir)
