@@ -34,6 +34,7 @@ import io
 import json
 import os
 import pickle
+import re
 import zipfile
 from collections import OrderedDict
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
@@ -185,9 +186,57 @@ class TFCheckpointReader:
         return tuple(self.shapes[name]) if name in self.shapes else None
 
     def get(self, name: str) -> Optional[np.ndarray]:
-        if name in self.shapes:
+        if name not in self.shapes:
+            return None
+        import tensorflow as tf
+
+        try:
             return self.reader.get_tensor(name)
-        return None
+        except (IndexError, tf.errors.OpError) as e:  # a truncated or corrupted data file
+            raise damage_error(self.prefix, e, name) from None
+
+
+def _tf_message(e: BaseException) -> str:
+    """TensorFlow's error text on one line, without its op and function decorations."""
+    text = re.sub(r"\{\{function_node [^}]*\}\}|\[Op:\w+\]", "", str(e))
+    return " ".join(text.split()) or type(e).__name__
+
+
+def damage_error(prefix: str, error: BaseException, tensor: Optional[str] = None) -> CheckpointError:
+    """The one-line error of a checkpoint whose data cannot be read back (``error``: what TensorFlow raised reading
+    ``tensor``): its data file and what is wrong with it."""
+    files = sorted(glob.glob(glob.escape(prefix) + ".data-*"))
+    where = files[0] if len(files) == 1 else prefix + ".data-*"
+    what = f"tensor {tensor!r}" if tensor else "a tensor"
+    detail = _tf_message(error)
+    if isinstance(error, IndexError) or "Read less bytes than requested" in detail:
+        size = f"{os.path.getsize(where):,} bytes" if len(files) == 1 else "a data file"
+        return CheckpointError(f"{where}: damaged checkpoint: truncated ({size}, {what} ends beyond it)")
+    if "Checksum does not match" in detail:
+        return CheckpointError(f"{where}: damaged checkpoint: corrupted ({what} fails its checksum)")
+    if not files:
+        return CheckpointError(f"{prefix}: damaged checkpoint: no data file ({prefix}.data-*) beside its index")
+    return CheckpointError(f"{where}: damaged checkpoint: {what} cannot be read ({detail})")
+
+
+def check_readable(prefix: str) -> None:
+    """Reads every tensor of the TF checkpoint at ``prefix`` back once, one at a time (TensorFlow checks each
+    one's length and CRC32C); a checkpoint that does not read whole raises ``damage_error`` (its file and what is
+    wrong). The trainer calls it on the checkpoint it resumes from before restoring anything."""
+    import tensorflow as tf
+
+    if not os.path.isfile(prefix + ".index"):
+        raise CheckpointError(f"{prefix}.index: damaged checkpoint: its index file is missing")
+    try:
+        dtypes = tf.train.load_checkpoint(prefix).get_variable_to_dtype_map()
+    except (IndexError, tf.errors.OpError) as e:
+        raise CheckpointError(f"{prefix}.index: damaged checkpoint: not a readable index ({_tf_message(e)})") from None
+    for name, dtype in sorted(dtypes.items()):
+        try:
+            with tf.device("CPU:0"):
+                tf.raw_ops.RestoreV2(prefix=prefix, tensor_names=[name], shape_and_slices=[""], dtypes=[dtype])
+        except (IndexError, tf.errors.OpError) as e:
+            raise damage_error(prefix, e, name) from None
 
 
 # ---------------------------------------------------------------------------------------------- HuggingFace

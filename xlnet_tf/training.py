@@ -235,6 +235,35 @@ def check_precision(strategy: tf.distribute.Strategy, precision: str,
     return note
 
 
+def resume_point(model_dir: str) -> Optional[str]:
+    """The newest checkpoint of ``model_dir`` that reads whole (``checkpoint.check_readable``), None when there is
+    none; damaged newer ones are passed over with a WARNING naming each (a rerun then redoes their steps and
+    writes them again). Refuses (``CheckpointError``) when every checkpoint is damaged."""
+    from xlnet_tf.checkpoint import CheckpointError, check_readable
+
+    state = tf.train.get_checkpoint_state(model_dir)
+    if state is None or not state.model_checkpoint_path:
+        return None
+    paths = list(state.all_model_checkpoint_paths)
+    if state.model_checkpoint_path not in paths:
+        paths.append(state.model_checkpoint_path)
+    damaged = []
+    for path in reversed(paths):  # newest first
+        try:
+            check_readable(path)
+        except CheckpointError as e:
+            damaged.append(str(e))
+            continue
+        for problem in damaged:
+            log.warning("%s; resuming from the previous checkpoint that reads whole, %s", problem,
+                        os.path.basename(path))
+        return path
+    raise CheckpointError(f"{damaged[0]}" + (f" (and {len(damaged) - 1} earlier checkpoint(s) are damaged too)"
+                                             if len(damaged) > 1 else "")
+                          + f"; no checkpoint in {model_dir} reads whole: remove them to train from the start, or "
+                            "use a new output directory")
+
+
 class Trainer:
     """Builds model, optimizer, data iterator and checkpoint under ``strategy``; ``train()`` runs the loop."""
 
@@ -291,7 +320,7 @@ class Trainer:
         latest = None
         if cfg.model_dir:
             self._ckpt_dir = cfg.model_dir
-            latest = tf.train.latest_checkpoint(cfg.model_dir)
+            latest = resume_point(cfg.model_dir)
             if not self.is_chief:  # every worker saves (collective); only the chief's files are kept
                 self._ckpt_dir = tempfile.mkdtemp(prefix="xlnet_worker_ckpt_")
         start = int(tf.train.load_variable(latest, "step/.ATTRIBUTES/VARIABLE_VALUE")) if latest else 0
