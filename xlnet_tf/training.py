@@ -27,7 +27,9 @@ deterministic maps).
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
+import glob
 import logging
 import math
 import os
@@ -453,10 +455,33 @@ class Trainer:
     def save(self) -> Optional[str]:
         if self.manager is None:
             return None
-        path = self.manager.save(checkpoint_number=int(self.step.numpy()))
+        number, started = int(self.step.numpy()), time.time()
+        try:
+            path = self.manager.save(checkpoint_number=number)
+        except BaseException as e:  # a full disk (or Ctrl-C) mid-write: no partial checkpoint stays behind
+            written = self._remove_partial_checkpoint(number, started)
+            if isinstance(e, Exception) and (getattr(e, "errno", None) == errno.ENOSPC
+                                             or "No space left on device" in str(e)):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC),
+                              f"checkpoint {written} (its partial files removed)") from None
+            raise
         if not self.is_chief:
             shutil.rmtree(self._ckpt_dir, ignore_errors=True)
         return path
+
+    def _remove_partial_checkpoint(self, number: int, started: float) -> str:
+        """Removes what a failed save of checkpoint ``number`` wrote: TensorFlow's ``ckpt-N_temp`` directory and
+        any ``ckpt-N.*`` file written since ``started``; returns the checkpoint's prefix."""
+        prefix = os.path.join(self._ckpt_dir, f"ckpt-{number}")
+        for path in glob.glob(glob.escape(prefix) + "_temp*"):
+            shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
+        for path in glob.glob(glob.escape(prefix) + ".*"):
+            try:
+                if os.path.getmtime(path) >= started - 1:
+                    os.remove(path)
+            except OSError:
+                pass
+        return prefix
 
     # ------------------------------------------------------------------ loop
     def train(self, stop_at: Optional[int] = None) -> TrainResult:
