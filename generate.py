@@ -85,8 +85,9 @@ def job(F):
     from xlnet_tf.generation import Generator, export_generator
 
     run = dict(dropout=0.0, dropatt=0.0, bi_data=False)
-    config = XLNetConfig.load(F.model_config_path, **run) if F.model_config_path else None
-    model = XLNetModel.from_pretrained(F.init_checkpoint, config=config, **({} if config else run))
+    config = XLNetConfig.load(F.model_config_path, **run) if F.model_config_path else \
+        run_common.checkpoint_config(F.init_checkpoint, run)
+    model = XLNetModel.from_pretrained(F.init_checkpoint, config=config)
     if model.config.n_token < tokenizer.vocab_size:
         raise ValueError(f"--spiece_model_file: {tokenizer.vocab_size} pieces, more than the model's "
                          f"{model.config.n_token} tokens")

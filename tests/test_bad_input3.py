@@ -162,3 +162,34 @@ def test_a_damaged_init_checkpoint_or_conversion_is_one_line(glue, own_format, t
     err = capsys.readouterr().err
     assert [e for e in err.splitlines() if e.startswith("error:")] == [err.strip().splitlines()[-1]] and want in err
     assert "Traceback" not in err and sorted(os.listdir(out)) == ["kept.txt"]
+
+
+# ------------------------------------------------------------------------------------------- 4. fixes in the user's terms
+@pytest.fixture(scope="module")
+def bare_prefix(own_format, tmp_path_factory):
+    """An original-named checkpoint prefix with no config beside it."""
+    d = tmp_path_factory.mktemp("bare")
+    for p in (own_format / "whole").glob("xlnet_model.ckpt.*"):
+        shutil.copy(p, d / p.name)
+    return d / "xlnet_model.ckpt"
+
+
+def test_a_missing_config_names_the_flag_of_the_command(glue, bare_prefix, tmp_path, capsys):
+    from xlnet_tf import XLNetModel, convert
+    from xlnet_tf.checkpoint import CheckpointError
+
+    assert convert.main([f"--input={bare_prefix}", f"--output={tmp_path / 'out'}"]) == 2
+    err = capsys.readouterr().err
+    assert "no xlnet_config.json or config.json next to the checkpoint; pass --config=" in err
+    assert "XLNetConfig(" not in err
+    args = [a for a in clf_args(glue, tmp_path / "run") if not a.startswith("--model_config_path")]
+    line = refused(run_classifier, *args, f"--init_checkpoint={bare_prefix}")
+    assert "pass --model_config_path" in line and "XLNetConfig(" not in line, line
+    with pytest.raises(CheckpointError, match=r"pass config=XLNetConfig\(\.\.\.\)"):  # the Python API's own
+        XLNetModel.from_pretrained(str(bare_prefix))
+
+
+@pytest.mark.slow  # trains two steps
+def test_model_config_path_is_honoured_for_a_prefix_without_config(glue, bare_prefix, tmp_path):
+    r = succeeds(run_classifier, *clf_args(glue, tmp_path / "run", steps=2), f"--init_checkpoint={bare_prefix}")
+    assert "initialised from" in r.stderr

@@ -477,16 +477,26 @@ def detect_format(path: str) -> str:
     raise CheckpointError(f"{path}: not a checkpoint directory or prefix")
 
 
-def resolve_config(path: str, fmt: str, config: Optional[XLNetConfig], overrides: dict) -> XLNetConfig:
+_CONFIG_NAMES = {"own": (OWN_CONFIG,), "hf": ("config.json",), "original": ("xlnet_config.json", "config.json")}
+
+
+def config_file(path: str, fmt: str) -> Optional[str]:
+    """The config json next to the checkpoint at ``path`` (format ``fmt``), or None."""
+    base = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    found = [p for p in (os.path.join(base, n) for n in _CONFIG_NAMES[fmt]) if os.path.isfile(p)]
+    return found[0] if found else None
+
+
+def resolve_config(path: str, fmt: str, config: Optional[XLNetConfig], overrides: dict,
+                   fix: str = "pass config=XLNetConfig(...)") -> XLNetConfig:
+    """``config`` (with ``overrides``), else the config next to the checkpoint; ``fix``: how the caller's user
+    gives one when there is none (the Python API's argument, a command's flag)."""
     if config is not None:
         return config.replace(**overrides) if overrides else config
-    base = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-    names = {"own": (OWN_CONFIG,), "hf": ("config.json",), "original": ("xlnet_config.json", "config.json")}[fmt]
-    for n in names:
-        p = os.path.join(base, n)
-        if os.path.isfile(p):
-            return XLNetConfig.from_json_file(p, **overrides)
-    raise CheckpointError(f"{path}: no {' or '.join(names)} next to the checkpoint; pass config=XLNetConfig(...)")
+    found = config_file(path, fmt)
+    if found is None:
+        raise CheckpointError(f"{path}: no {' or '.join(_CONFIG_NAMES[fmt])} next to the checkpoint; {fix}")
+    return XLNetConfig.from_json_file(found, **overrides)
 
 
 def reader_for(path: str, fmt: str, config: XLNetConfig):
