@@ -76,7 +76,7 @@ def job(F):
                                     eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id, mem_len=F.mem_len)
     except ValueError as e:
         raise ValueError(f"--{e}") from None
-    ids = [tokenizer.encode(p)[-F.max_prompt_length:] for p in prompts]
+    ids = [tokenizer.encode(p, last=F.max_prompt_length) for p in prompts]  # costs what is kept
     for n, (p, i) in enumerate(zip(prompts, ids), 1):
         if not i:
             raise ValueError(f"prompt {n} ({p[:40]!r}): no pieces after tokenisation")

@@ -236,13 +236,15 @@ def read_jsonl(path: str, text_a: str, text_b: Optional[str], label: Optional[st
     out: List[Example] = []
     with open(path, "rb") as f:
         for line, raw in enumerate(f, 1):
-            text = _decode(raw, path, line).lstrip("\ufeff").strip()
-            if not text:
+            text = _decode(raw, path, line).lstrip("\ufeff")
+            del raw  # a long line is held once as text, then once as its object (no stripped copies)
+            if not text or text.isspace():
                 continue
             try:
                 obj = json.loads(text)
             except ValueError as e:
                 raise DataError(path, line, f"expected a JSON object ({e})") from None
+            del text
             if not isinstance(obj, dict):
                 raise DataError(path, line, f"expected a JSON object, got {type(obj).__name__}")
             for key in (text_a, text_b):
