@@ -247,9 +247,9 @@ def test_first_ids_equal_the_whole_texts_at_every_budget(sp_tok, imdb_reviews, m
     characters (many cuts)."""
     import xlnet_tf.tokenizer as tokenizer_module
 
-    texts = [" ".join(imdb_reviews[i:i + 60]) for i in range(0, 300, 60)] + imdb_reviews[:40]
+    texts = [" ".join(imdb_reviews[i:i + 60]) for i in range(0, 180, 60)] + imdb_reviews[:30]
     wholes = [sp_tok.encode(t) for t in texts]
-    assert min(len(w) for w in wholes[:5]) > 15000
+    assert min(len(w) for w in wholes[:3]) > 15000
     for size in (None, 50):
         if size:
             monkeypatch.setattr(tokenizer_module, "part_chars", lambda n: size)
@@ -279,7 +279,7 @@ def test_parts_are_exact_on_tricky_text(lower, keep_accents, monkeypatch):
     tok = XLNetTokenizer(shared_path("spiece", "spiece.model"), lower=lower, keep_accents=keep_accents)
     assert tok.whitespace_local
     rng = random.Random(42)
-    for _ in range(60):
+    for _ in range(35):
         text = "".join(rng.choice(TRICKY_PARTS) + rng.choice(["", " ", "  ", "\n", " \u00a8"])
                        for _ in range(rng.randint(1, 50)))
         whole_ids = tok.encode(text)
@@ -310,11 +310,11 @@ def test_last_ids_and_long_squad_contexts_differ_from_the_whole_only_by_float32_
     import xlnet_tf.tokenizer as tokenizer_module
     from tasks.squad import features as squad_features
 
-    for review in imdb_reviews[:200]:
+    for review in imdb_reviews[:100]:
         whole = sp_tok.encode(review)
         for n in (1, 5, 62, 300, len(whole) + 1):
             assert sp_tok.encode(review, last=n) == whole[-n:]
-    texts = [" ".join(imdb_reviews[i:i + 60]) for i in range(0, 300, 60)]
+    texts = [" ".join(imdb_reviews[i:i + 60]) for i in range(0, 240, 60)]
     monkeypatch.setattr(tokenizer_module, "WHOLE_CHARS", 0)
     monkeypatch.setattr(tokenizer_module, "part_chars", lambda n: 200)
     differ = 0
@@ -465,3 +465,100 @@ def test_a_50_mb_line_costs_what_its_features_keep(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     records, peak_kib = map(int, out.stdout.split()[-2:])
     assert records == 21 and peak_kib < 1024 * 1024, f"peak RSS {peak_kib / 1024:.0f} MiB"
+
+
+# ------------------------------------------------------------------------------------------- 3. silent surprises
+def test_a_label_column_of_mixed_json_kinds_is_refused_unless_labels_say(glue, tmp_path):
+    from tasks.classification.text import GenericTask
+
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = [{"text": "a fine film", "label": "pos"}, {"text": "a dull film", "label": "neg"},
+            {"text": "fine", "label": 1}, {"text": "dull", "label": "neg"}]
+    (data / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ["--task=generic", f"--data_dir={data}", f"--model_config_path={glue / 'cfg.json'}",
+            f"--spiece_model_file={shared_path('spiece', 'spiece.model')}", f"--output_dir={tmp_path / 'run'}",
+            "--max_seq_length=16", "--train_steps=1", "--do_train", "--progress=false"]
+    line = refused(run_classifier, *args)
+    assert "train.jsonl, line 3: field 'label': label 1 is a JSON integer, the labels before it are JSON strings " \
+           "(['neg', 'pos']): the task would have 3 classes ['1', 'neg', 'pos']" in line and "--labels" in line, line
+    assert "expected a label in ['neg', 'pos'], got '1'" in refused(run_classifier, *args, "--labels=neg,pos")
+    task = GenericTask(labels=["neg", "pos", "1"])  # --labels=neg,pos,1: followed
+    assert [e.label for e in task.get_examples(str(data), "train")] == ["pos", "neg", "1", "neg"]
+    (data / "train.jsonl").write_text(json.dumps({"text": "a", "label": 1}) + "\n" +
+                                      json.dumps({"text": "b", "label": 1.0}) + "\n")
+    with pytest.raises(ValueError, match=r"line 2: .*label 1\.0 is a JSON number with a fraction or exponent, the "
+                                         r"labels before it are JSON integers \(\['1'\]\)"):
+        GenericTask().discover_labels(str(data))
+    assert sorted(os.listdir(data)) == ["train.jsonl"]  # the refused runs wrote nothing beside the data
+
+
+def test_impossible_questions_with_answers_are_counted(tmp_path, caplog):
+    from tasks.squad.reader import read_squad_with_version
+
+    context = "The cat sat on the mat."
+    qas = [{"id": "a", "question": "Who sat?", "is_impossible": False, "answers": [{"text": "cat", "answer_start": 4}]},
+           {"id": "b", "question": "Who ran?", "is_impossible": True, "answers": [{"text": "cat", "answer_start": 4}]},
+           {"id": "c", "question": "Who flew?", "is_impossible": True, "answers": []},
+           {"id": "d", "question": "Who swam?", "is_impossible": True, "answers": [{"text": "mat", "answer_start": 19}]}]
+    path = tmp_path / "v2.json"
+    path.write_text(json.dumps({"version": "v2.0", "data": [{"title": "t", "paragraphs": [
+        {"context": context, "qas": qas}]}]}))
+    with caplog.at_level(logging.WARNING):
+        examples, version = read_squad_with_version(str(path))
+    assert version == "2.0" and [e.is_impossible for e in examples] == [False, True, True, True]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "2 question(s) have is_impossible: true and answers too (the first: " \
+        "data[0].paragraphs[0].qas[1] (id 'b'))" in warnings[0] and "trained as impossible" in warnings[0], warnings
+
+
+@pytest.fixture(scope="module")
+def tiny_generator_dir(tmp_path_factory):
+    """A TINIEST backbone (random weights, no bi_data) in our format: what generate.py loads in a second."""
+    from xlnet_tf import XLNetConfig, XLNetModel
+
+    d = tmp_path_factory.mktemp("gen") / "model"
+    model = XLNetModel(XLNetConfig(**TINIEST))
+    model(np.zeros((1, 4), np.int32))
+    model.save_pretrained(str(d))
+    return d
+
+
+def test_a_generation_that_cannot_fit_is_refused_before_the_model_loads(tiny_generator_dir, tmp_path):
+    import generate
+
+    out = tmp_path / "out.jsonl"
+    out.write_text("earlier\n")
+    line = refused(generate, f"--init_checkpoint={tiny_generator_dir}",
+                   f"--spiece_model_file={shared_path('spiece', 'spiece.model')}", "--prompt=The cat sat",
+                   "--max_new_tokens=1000000000", f"--output_file={out}")
+    assert "--max_new_tokens=1000000000 with --batch_size=8: generating is estimated to need" in line and \
+        "each layer keeps 1,000,000,00" in line and "--mem_len" in line and "--nocheck_memory" in line, line
+    assert out.read_text() == "earlier\n"
+
+
+@pytest.mark.slow  # generates 200 tokens through the CLI
+def test_generation_warns_of_unknown_prompts_and_shows_memory_and_progress(tiny_generator_dir, tmp_path,
+                                                                           monkeypatch):
+    import generate
+
+    monkeypatch.setattr(generate, "PROGRESS_SECONDS", 0.0)
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("The cat sat on the mat\n\U0001F600\U0001F600 \U0001F389\n", encoding="utf-8")
+    r = succeeds(generate, f"--init_checkpoint={tiny_generator_dir}",
+                 f"--spiece_model_file={shared_path('spiece', 'spiece.model')}", f"--input_file={prompts}",
+                 "--max_new_tokens=200", "--batch_size=1")
+    err = r.stderr.splitlines()
+    unk = [e for e in err if e.startswith("W") and "<unk>" in e]
+    assert len(unk) == 1 and "1 of 2 prompt(s) are <unk> pieces only (the first: prompt 2" in unk[0], r.stderr
+    memory = [e for e in err if "generation memory:" in e]
+    assert len(memory) == 1 and "keeps the keys and values of 206 positions (the prompt and every new token)" in \
+        memory[0], memory
+    progress = [e for e in err if "generating:" in e]
+    assert progress and all("/200 new tokens of batch" in p for p in progress), r.stderr[-2000:]
+    assert {p.split("of batch ")[1].split(",")[0] for p in progress} == {"1/2", "2/2"}
+    r = succeeds(generate, f"--init_checkpoint={tiny_generator_dir}",
+                 f"--spiece_model_file={shared_path('spiece', 'spiece.model')}", "--prompt=The cat",
+                 "--max_new_tokens=200", "--mem_len=50", "--noprogress")
+    assert "keeps the keys and values of 48 positions (the last ones: --mem_len=50)" in r.stderr
+    assert "generating:" not in r.stderr

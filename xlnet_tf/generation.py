@@ -31,12 +31,16 @@ the CLI and read as ``<eod>`` by the SavedModel.
 from __future__ import annotations
 
 import dataclasses
+import logging
+import time
 from typing import Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from xlnet_tf.attention import KeyValueMemory
+
+log = logging.getLogger("generation")
 
 DUMMY_ID = 0  # HF's placeholder id; nothing reads its content (perm_mask hides it), so its value does not matter
 
@@ -141,10 +145,14 @@ def choose(logits, step, do_sample: bool, c: dict):
     return tf.cast(tf.random.stateless_categorical(logits, 1, seed=step_seed)[:, 0], tf.int32)
 
 
-def generate_graph(model, input_ids, padding_mask, do_sample: bool, c: dict):
+REPORT_STEPS = 16  # a ``report`` callback of the loop is called every this many new tokens
+
+
+def generate_graph(model, input_ids, padding_mask, do_sample: bool, c: dict, report=None):
     """The whole generation as graph ops (call it inside a ``tf.function``): input_ids, padding_mask [b, P]
     (left-padded), the ``controls`` c -> new ids int32 [b, max_new_tokens] (``pad_id`` after a row's
-    ``eos_id``)."""
+    ``eos_id``). ``report``: a Python function of the number of new tokens so far, called from the loop every
+    ``REPORT_STEPS`` tokens (progress; never in an exported graph)."""
     input_ids = tf.cast(input_ids, tf.int32)
     padding_mask = tf.cast(padding_mask, tf.int32)
     bsz, plen = tf.shape(input_ids)[0], tf.shape(input_ids)[1]
@@ -176,6 +184,12 @@ def generate_graph(model, input_ids, padding_mask, do_sample: bool, c: dict):
         return (step < n_new) & tf.logical_not(tf.reduce_all(finished))
 
     def body(step, prev, cur, finished, out, mem_mask, *mems):
+        if report is not None:
+            tick = tf.cond(tf.equal(step % REPORT_STEPS, 0),
+                           lambda: tf.reshape(tf.numpy_function(report, [step], tf.int32, stateful=True), []),
+                           lambda: tf.constant(0))
+            with tf.control_dependencies([tick]):
+                step = tf.identity(step)
         window = tf.stack([prev, cur], axis=1)
         kv = [KeyValueMemory(*mems[2 * i:2 * i + 2]) for i in range(len(attn))]
         logits, hidden = next_token_logits(model, window, mems=kv, mem_padding_mask=mem_mask)
@@ -193,22 +207,41 @@ def generate_graph(model, input_ids, padding_mask, do_sample: bool, c: dict):
 class Generator:
     """Compiled generation for one model: ``Generator(model)(input_ids, padding_mask, options)`` -> int32
     [b, max_new_tokens] numpy. One ``tf.function`` trace for greedy and one for sampling: prompts' shapes and
-    every other option are tensors of the trace."""
+    every other option are tensors of the trace. ``progress_every``: log how far a generation is (new tokens,
+    tokens per second, time left) at most every this many seconds (None: silent)."""
 
-    def __init__(self, model):
+    def __init__(self, model, progress_every: Optional[float] = None):
         if model.config.bi_data:
             raise ValueError("generation needs bi_data=False (a pretraining option: load the model with "
                              "bi_data=False)")
         self.model = model
+        self.progress_every = progress_every
         self._functions = {}
+        self._run = dict(first=None, shown=0.0, total=0, batch=(1, 1))
+
+    def _report(self, step) -> np.int32:
+        """Called from the loop every ``REPORT_STEPS`` new tokens: a progress line at most every
+        ``progress_every`` seconds."""
+        now, run, step = time.time(), self._run, int(step)
+        if run["first"] is None:  # the rate counts from here: the trace and the prompt's pass are behind
+            run["first"] = (now, step)
+        elif now - run["shown"] >= self.progress_every:
+            run["shown"] = now
+            rate = (step - run["first"][1]) / max(now - run["first"][0], 1e-9)
+            left = time.strftime("%H:%M:%S", time.gmtime((run["total"] - step) / max(rate, 1e-9)))
+            batch = "" if run["batch"][1] == 1 else f" of batch {run['batch'][0]}/{run['batch'][1]}"
+            log.info("generating: %d/%d new tokens%s, %.1f tokens/s, about %s left in this batch", step,
+                     run["total"], batch, rate, left)
+        return np.int32(0)
 
     def function(self, do_sample: bool):
         if do_sample not in self._functions:
             spec = tf.TensorSpec([None, None], tf.int32)
+            report = self._report if self.progress_every is not None else None
 
             @tf.function(input_signature=[spec, spec, CONTROL_SPECS])
             def run(input_ids, padding_mask, c):
-                return generate_graph(self.model, input_ids, padding_mask, do_sample, c)
+                return generate_graph(self.model, input_ids, padding_mask, do_sample, c, report)
 
             self._functions[do_sample] = run
         return self._functions[do_sample]
@@ -224,6 +257,7 @@ class Generator:
                              f"{input_ids.shape} and {padding_mask.shape}")
         if not padding_mask[:, -1].all():
             raise ValueError("padding_mask: prompts must be left-padded (every row's last position real)")
+        self._run.update(first=None, shown=time.time(), total=options.max_new_tokens)
         return self.function(options.do_sample)(input_ids, padding_mask, controls(options)).numpy()
 
     def generate(self, prompts: Sequence[Sequence[int]], options: Optional[GenerationOptions] = None,
@@ -232,6 +266,7 @@ class Generator:
         options = options or GenerationOptions()
         results = []
         for start in range(0, len(prompts), batch_size):
+            self._run["batch"] = (start // batch_size + 1, -(-len(prompts) // batch_size))
             ids, mask = left_pad(prompts[start:start + batch_size], options.pad_id)
             for row in self(ids, mask, options):
                 row = [int(t) for t in row]
