@@ -131,8 +131,8 @@ def job(F):
         raise ValueError(f"--spiece_model_file: {tokenizer.vocab_size} pieces, more than the model's "
                          f"{model.config.n_token} tokens")
     if prompts:
-        results = Generator(model, progress_every=PROGRESS_SECONDS if F.progress else None).generate(
-            ids, options, batch_size=F.batch_size)
+        results = Generator(model, progress_every=PROGRESS_SECONDS if F.progress else float("inf")).generate(
+            ids, options, batch_size=F.batch_size)  # (a report in the loop, so Ctrl-C stops it)
         rows = [{"prompt": p, "prompt_ids": i, "generated_ids": g, "generated_text": tokenizer.decode(g)}
                 for p, i, g in zip(prompts, ids, results)]
         for row in rows:

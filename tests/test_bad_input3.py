@@ -563,3 +563,35 @@ def test_generation_warns_of_unknown_prompts_and_shows_memory_and_progress(tiny_
                  "--max_new_tokens=200", "--mem_len=50", "--noprogress")
     assert "keeps the keys and values of 48 positions (the last ones: --mem_len=50)" in r.stderr
     assert "generating:" not in r.stderr
+
+
+@pytest.mark.slow  # Ctrl-C reaches a process
+def test_ctrl_c_stops_a_long_generation(tiny_generator_dir):
+    """The loop runs in TensorFlow's threads, where Python sees no signal: its report reads SIGINT and ends it;
+    the run ends with one line and exit code 130 (it ran on for the whole generation before)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import REPO
+
+    p = subprocess.Popen([sys.executable, "generate.py", f"--init_checkpoint={tiny_generator_dir}",
+                          f"--spiece_model_file={shared_path('spiece', 'spiece.model')}", "--prompt=The cat",
+                          "--max_new_tokens=100000"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    try:
+        for line in p.stderr:
+            if "generation memory:" in line:
+                break
+        time.sleep(4)  # into the trace or the loop: either way the loop's first report ends it
+        t0 = time.time()
+        p.send_signal(signal.SIGINT)
+        err = p.stderr.read()
+        p.wait(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130 and time.time() - t0 < 30, err[-2000:]
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("error: interrupted"), err[-2000:]

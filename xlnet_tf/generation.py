@@ -30,8 +30,12 @@ the CLI and read as ``<eod>`` by the SavedModel.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import os
+import signal
+import threading
 import time
 from typing import Optional, Sequence
 
@@ -204,11 +208,18 @@ def generate_graph(model, input_ids, padding_mask, do_sample: bool, c: dict, rep
     return tf.while_loop(cond, body, state)[4]
 
 
+class _Interrupted(Exception):
+    """Raised in the loop's report to end a generation on Ctrl-C."""
+
+
 class Generator:
     """Compiled generation for one model: ``Generator(model)(input_ids, padding_mask, options)`` -> int32
     [b, max_new_tokens] numpy. One ``tf.function`` trace for greedy and one for sampling: prompts' shapes and
     every other option are tensors of the trace. ``progress_every``: log how far a generation is (new tokens,
-    tokens per second, time left) at most every this many seconds (None: silent)."""
+    tokens per second, time left) at most every this many seconds (``inf``: never); with it, Ctrl-C also stops the
+    compiled loop (the loop runs in TensorFlow's threads, where Python sees no signal: the report, called every
+    ``REPORT_STEPS`` tokens, reads SIGINT from ``signal.set_wakeup_fd`` and ends the loop; the main thread then
+    raises KeyboardInterrupt). None: neither (the library's default)."""
 
     def __init__(self, model, progress_every: Optional[float] = None):
         if model.config.bi_data:
@@ -217,12 +228,19 @@ class Generator:
         self.model = model
         self.progress_every = progress_every
         self._functions = {}
-        self._run = dict(first=None, shown=0.0, total=0, batch=(1, 1))
+        self._run = dict(first=None, shown=0.0, total=0, batch=(1, 1), wakeup=None)
 
     def _report(self, step) -> np.int32:
         """Called from the loop every ``REPORT_STEPS`` new tokens: a progress line at most every
         ``progress_every`` seconds."""
         now, run, step = time.time(), self._run, int(step)
+        if run["wakeup"] is not None:
+            try:
+                signals = os.read(run["wakeup"], 64)
+            except BlockingIOError:
+                signals = b""
+            if bytes([signal.SIGINT]) in signals:  # Ctrl-C: Python raises its KeyboardInterrupt once the loop ends
+                raise _Interrupted("generation interrupted")
         if run["first"] is None:  # the rate counts from here: the trace and the prompt's pass are behind
             run["first"] = (now, step)
         elif now - run["shown"] >= self.progress_every:
@@ -258,7 +276,40 @@ class Generator:
         if not padding_mask[:, -1].all():
             raise ValueError("padding_mask: prompts must be left-padded (every row's last position real)")
         self._run.update(first=None, shown=time.time(), total=options.max_new_tokens)
-        return self.function(options.do_sample)(input_ids, padding_mask, controls(options)).numpy()
+        with self._signals() as interrupted:
+            try:
+                out = self.function(options.do_sample)(input_ids, padding_mask, controls(options)).numpy()
+            except tf.errors.OpError as e:
+                if "generation interrupted" not in str(e):
+                    raise
+                out = None
+        if interrupted or out is None:
+            raise KeyboardInterrupt
+        return out
+
+    @contextlib.contextmanager
+    def _signals(self):
+        """While the loop runs (with a report, in the main thread): SIGINT is noted (the list yielded gets an
+        item) instead of raised (a KeyboardInterrupt pending while TensorFlow's error unwinds would garble it), and
+        also written to a pipe the report reads (``signal.set_wakeup_fd``), which ends the loop."""
+        noted: list = []
+        if self.progress_every is None or threading.current_thread() is not threading.main_thread():
+            yield noted
+            return
+        read, write = os.pipe()
+        os.set_blocking(read, False)
+        os.set_blocking(write, False)
+        handler = signal.signal(signal.SIGINT, lambda signum, frame: noted.append(signum))
+        previous = signal.set_wakeup_fd(write)
+        self._run["wakeup"] = read
+        try:
+            yield noted
+        finally:
+            signal.set_wakeup_fd(previous)
+            signal.signal(signal.SIGINT, handler)
+            self._run["wakeup"] = None
+            os.close(read)
+            os.close(write)
 
     def generate(self, prompts: Sequence[Sequence[int]], options: Optional[GenerationOptions] = None,
                  batch_size: int = 8):
