@@ -124,9 +124,13 @@ def test_rerun_over_a_damaged_latest_checkpoint_resumes_from_the_previous_and_en
     assert json.loads((damaged / "eval_results.json").read_text()) == reference_eval
     history = json.loads((model / "train_history.json").read_text())
     assert [s for s, _ in history] == [1, 2, 3, 4]
+    # evaluating every kept checkpoint: a damaged one is one line naming it
+    truncate(data_file(model / "ckpt-2"))
+    evaluate = [a for a in clf_args(glue, damaged) if a != "--do_train"] + ["--eval_all_ckpt"]
+    line = refused(run_classifier, *evaluate)
+    assert f"{model / 'ckpt-2.data-00000-of-00001'}: damaged checkpoint: truncated" in line, line
     # every checkpoint damaged: one line, nothing removed
-    for prefix in ("ckpt-2", "ckpt-4"):
-        truncate(data_file(model / prefix))
+    truncate(data_file(model / "ckpt-4"))
     files = sorted(p.name for p in model.iterdir())
     line = refused(run_classifier, *clf_args(glue, damaged))
     assert "ckpt-4.data-00000-of-00001: damaged checkpoint: truncated" in line and "reads whole" in line, line

@@ -356,6 +356,7 @@ class Trainer:
                 raise CheckpointError(f"{latest}: this checkpoint does not fit the model being trained ({detail}); "
                                       f"use a new output directory or remove it") from None
         self.restored_from = latest
+        self._saved: Optional[str] = None  # the last checkpoint this trainer wrote
         self._step_fn = self._build_step()
 
     # ------------------------------------------------------------------ pieces
@@ -467,6 +468,7 @@ class Trainer:
             raise
         if not self.is_chief:
             shutil.rmtree(self._ckpt_dir, ignore_errors=True)
+        self._saved = path
         return path
 
     def _remove_partial_checkpoint(self, number: int, started: float) -> str:
@@ -497,7 +499,7 @@ class Trainer:
         try:
             step = self._loop(step, end, writer, bar, history)
         except KeyboardInterrupt:
-            latest = self.manager.latest_checkpoint if self.manager else None
+            latest = self._saved or self.restored_from  # (the manager's latest may be a damaged one passed over)
             raise Interrupted(step if not history else history[-1][0],
                               int(latest.rsplit("-", 1)[1]) if latest else None, cfg.model_dir) from None
         self._save_history(history)
