@@ -222,8 +222,8 @@ class XLNetTokenizer:
 
     @functools.cached_property
     def whitespace_local(self) -> bool:
-        """Whether ids of a text cut at whitespace, part by part, equal the whole text's (module docstring): the
-        preprocessing collapses whitespace, no piece but the word boundary's own holds ``▁`` after its first
+        """Whether every whitespace run of a text starts a piece, so the text may be cut there (module docstring):
+        the preprocessing collapses whitespace, no piece but the word boundary's own holds ``▁`` after its first
         character, and a text's first piece starts a word (SentencePiece's dummy prefix)."""
         if not self.remove_space:
             return False
