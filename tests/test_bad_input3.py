@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import run_classifier
-from tests.cli_util import call, refused, succeeds
+from tests.cli_util import refused, succeeds
 from tests.conftest import TINIEST, shared_path
 
 
