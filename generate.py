@@ -24,6 +24,9 @@ import run_common
 import run_flags
 import run_main
 
+PROGRESS_SECONDS = 10.0  # a long generation's progress line, at most this often
+log = logging.getLogger("generate")
+
 
 def define_flags(fv) -> None:
     d = run_flags.Definer(fv, "Generation")
@@ -41,6 +44,9 @@ def define_flags(fv) -> None:
     d.integer("mem_len", None, "Memory kept in positions + 2 (HF's mem_len; default: all).")
     d.integer("batch_size", 8, "Prompts per batch.")
     d.integer("max_prompt_length", 512, "Longer prompts keep their last pieces (logged; the export's: fixed).")
+    d.bool("progress", True, f"Log how far a long generation is (at most every {PROGRESS_SECONDS:g} s).")
+    d.bool("check_memory", True, "Refuse a generation whose estimated memory (xlnet_tf.ram.generation_estimate: the "
+           "model, each layer's memory of the prompt and every new token) exceeds the machine's.")
 
 
 def read_prompts(F):
@@ -61,6 +67,29 @@ def read_prompts(F):
     return prompts
 
 
+def check_memory(F, config, ids) -> None:
+    """Says what the generation's memory will hold, and refuses (one line) a generation whose estimate
+    (``xlnet_tf.ram.generation_estimate``) exceeds the machine's memory, before the model is loaded."""
+    from xlnet_tf import ram
+    from xlnet_tf.generation import left_pad
+
+    batch = min(F.batch_size, len(ids))
+    length = left_pad([max(ids, key=len)], 0)[0].shape[1]  # the longest prompt as the loop pads it
+    need = ram.generation_estimate(config, batch, length, F.max_new_tokens, F.mem_len)
+    bounded = need["positions"] < max(length - 1 + F.max_new_tokens - 1, 1)
+    log.info("generation memory: each layer keeps the keys and values of %s positions (%s), %.1f MiB for %d "
+             "prompt(s) at a time; each new token attends to all of them", f"{need['positions']:,}",
+             f"the last ones: --mem_len={F.mem_len}" if bounded else "the prompt and every new token",
+             need["memory"] / 2 ** 20, batch)
+    have = ram.machine_memory()
+    if F.check_memory and have and need["total"] > have:
+        GiB = 2.0 ** 30
+        raise ValueError(f"--max_new_tokens={F.max_new_tokens} with --batch_size={F.batch_size}: generating is "
+                         f"estimated to need {need['total'] / GiB:,.1f} GiB (each layer keeps {need['positions']:,} "
+                         f"positions; xlnet_tf.ram), this machine has {have / GiB:,.1f} GiB; lower them, keep only "
+                         f"the last positions with --mem_len, or pass --nocheck_memory to run anyway")
+
+
 def job(F):
     if F.output_file and not F.output_file.endswith(".jsonl"):
         raise ValueError(f"--output_file: expected a .jsonl path, got {F.output_file!r}")
@@ -72,6 +101,7 @@ def job(F):
         raise ValueError("--init_checkpoint is required")
     tokenizer = run_common.tokenizer(F)
     from xlnet_tf.generation import GenerationOptions  # TensorFlow: after the checks above
+    from xlnet_tf.tokenizer import SPIECE_UNDERLINE
 
     try:
         options = GenerationOptions(max_new_tokens=F.max_new_tokens, do_sample=F.do_sample,
@@ -79,29 +109,40 @@ def job(F):
                                     eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id, mem_len=F.mem_len)
     except ValueError as e:
         raise ValueError(f"--{e}") from None
-    full = [tokenizer.encode(p) for p in prompts]
-    ids = [i[-F.max_prompt_length:] for i in full]
-    cut = [(n, len(i)) for n, i in enumerate(full, 1) if len(i) > F.max_prompt_length]
+    # one piece more than is kept: a longer prompt is then seen (and said) without encoding all of it
+    kept = [tokenizer.encode(p, last=F.max_prompt_length + 1) for p in prompts]
+    ids = [i[-F.max_prompt_length:] for i in kept]
+    cut = [n for n, i in enumerate(kept, 1) if len(i) > F.max_prompt_length]
     if cut:
         logging.getLogger("generate").warning(
-            "%d prompt(s) longer than --max_prompt_length=%d pieces keep their last %d (prompt %d: %d pieces%s)",
-            len(cut), F.max_prompt_length, F.max_prompt_length, cut[0][0], cut[0][1],
+            "%d prompt(s) longer than --max_prompt_length=%d pieces keep their last %d (prompt %d%s)",
+            len(cut), F.max_prompt_length, F.max_prompt_length, cut[0],
             f"; {len(cut) - 1} more" if len(cut) > 1 else "")
     for n, (p, i) in enumerate(zip(prompts, ids), 1):
         if not i:
             raise ValueError(f"prompt {n} ({p[:40]!r}): no pieces after tokenisation")
+    blank = {tokenizer.unk_id, tokenizer.sp.PieceToId(SPIECE_UNDERLINE)}  # <unk> and the bare word boundary
+    unknown = [n for n, i in enumerate(ids, 1) if set(i) <= blank]
+    if unknown:
+        log.warning("%d of %d prompt(s) are <unk> pieces only (the first: prompt %d, %r): the model reads nothing "
+                    "of their text (characters its vocabulary lacks, e.g. emoji)", len(unknown), len(ids),
+                    unknown[0], prompts[unknown[0] - 1][:40])
 
     from xlnet_tf import XLNetConfig, XLNetModel
     from xlnet_tf.generation import Generator, export_generator
 
     run = dict(dropout=0.0, dropatt=0.0, bi_data=False)
-    config = XLNetConfig.load(F.model_config_path, **run) if F.model_config_path else None
-    model = XLNetModel.from_pretrained(F.init_checkpoint, config=config, **({} if config else run))
+    config = XLNetConfig.load(F.model_config_path, **run) if F.model_config_path else \
+        run_common.checkpoint_config(F.init_checkpoint, run)
+    if ids:
+        check_memory(F, config, ids)
+    model = XLNetModel.from_pretrained(F.init_checkpoint, config=config)
     if model.config.n_token < tokenizer.vocab_size:
         raise ValueError(f"--spiece_model_file: {tokenizer.vocab_size} pieces, more than the model's "
                          f"{model.config.n_token} tokens")
     if prompts:
-        results = Generator(model).generate(ids, options, batch_size=F.batch_size)
+        results = Generator(model, progress_every=PROGRESS_SECONDS if F.progress else float("inf")).generate(
+            ids, options, batch_size=F.batch_size)  # (a report in the loop, so Ctrl-C stops it)
         rows = [{"prompt": p, "prompt_ids": i, "generated_ids": g, "generated_text": tokenizer.decode(g)}
                 for p, i, g in zip(prompts, ids, results)]
         for row in rows:

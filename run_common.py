@@ -42,7 +42,6 @@ def output_paths(F) -> Dict[str, str]:
 def model_config(F, **overrides):
     """XLNetConfig from --model_config_path (or the checkpoint's), with the run options of the flags."""
     from xlnet_tf import XLNetConfig
-    from xlnet_tf import checkpoint
     from xlnet_tf.config import describe_activation
 
     run = dict(dropout=F.dropout, dropatt=F.dropatt, clamp_len=F.clamp_len, recompute=F.recompute,
@@ -54,9 +53,17 @@ def model_config(F, **overrides):
                                       describe_activation(config.ff_activation))
         return config
     if F.init_checkpoint:
-        fmt = checkpoint.detect_format(F.init_checkpoint)
-        return checkpoint.resolve_config(F.init_checkpoint, fmt, None, run)
+        return checkpoint_config(F.init_checkpoint, run)
     raise ValueError("pass --model_config_path (a json or a preset name) or --init_checkpoint")
+
+
+def checkpoint_config(path: str, overrides: dict):
+    """The config next to the checkpoint at ``path`` (``--init_checkpoint``), with ``overrides``; the error
+    without one names the flag that gives it."""
+    from xlnet_tf import checkpoint
+
+    return checkpoint.resolve_config(path, checkpoint.detect_format(path), None, overrides,
+                                     fix="pass --model_config_path (the model's xlnet_config.json or a preset name)")
 
 
 def train_config(F, model_dir: str):

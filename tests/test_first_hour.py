@@ -391,7 +391,7 @@ def test_generation_logs_a_cut_prompt_and_its_export_records_its_fixed_options(h
                  f"--spiece_model_file={shared_path('spiece', 'spiece.model')}", f"--prompt={' '.join(words)}",
                  "--max_new_tokens=3", f"--export_dir={export}")
     cut = [line for line in r.stderr.splitlines() if "--max_prompt_length" in line]
-    assert len(cut) == 1 and "1 prompt(s) longer than --max_prompt_length=512 pieces keep their last 512 (prompt 1:" \
+    assert len(cut) == 1 and "1 prompt(s) longer than --max_prompt_length=512 pieces keep their last 512 (prompt 1)" \
         in cut[0], r.stderr[-3000:]
     info = json.loads((export / "serving_info.json").read_text())
     assert info["generation"] == {"max_new_tokens": 3, "eos_id": 2, "pad_id": 5, "mem_len": None,

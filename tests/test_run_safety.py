@@ -183,6 +183,9 @@ def test_disk_full_is_one_line_and_keeps_the_last_checkpoint(glue, tmp_path):
         out = mnt / "out"
         line = refused(run_classifier, *clf_args(glue, "SST-2", out, steps=6))
         assert "no space left on device" in line
+        # the failed save's partial files do not stay on the full disk (issue #42)
+        assert "ckpt-4 (its partial files removed)" in line, line
+        assert not [p.name for p in (out / "model").iterdir() if p.name.startswith("ckpt-4")]
         import tensorflow as tf
         latest = tf.train.latest_checkpoint(str(out / "model"))
         assert latest and latest.endswith("ckpt-2"), latest

@@ -35,6 +35,7 @@ import json
 import logging
 import os
 import pickle
+import re
 import zipfile
 from collections import OrderedDict
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
@@ -188,9 +189,57 @@ class TFCheckpointReader:
         return tuple(self.shapes[name]) if name in self.shapes else None
 
     def get(self, name: str) -> Optional[np.ndarray]:
-        if name in self.shapes:
+        if name not in self.shapes:
+            return None
+        import tensorflow as tf
+
+        try:
             return self.reader.get_tensor(name)
-        return None
+        except (IndexError, tf.errors.OpError) as e:  # a truncated or corrupted data file
+            raise damage_error(self.prefix, e, name) from None
+
+
+def _tf_message(e: BaseException) -> str:
+    """TensorFlow's error text on one line, without its op and function decorations."""
+    text = re.sub(r"\{\{function_node [^}]*\}\}|\[Op:\w+\]", "", str(e))
+    return " ".join(text.split()) or type(e).__name__
+
+
+def damage_error(prefix: str, error: BaseException, tensor: Optional[str] = None) -> CheckpointError:
+    """The one-line error of a checkpoint whose data cannot be read back (``error``: what TensorFlow raised reading
+    ``tensor``): its data file and what is wrong with it."""
+    files = sorted(glob.glob(glob.escape(prefix) + ".data-*"))
+    where = files[0] if len(files) == 1 else prefix + ".data-*"
+    what = f"tensor {tensor!r}" if tensor else "a tensor"
+    detail = _tf_message(error)
+    if isinstance(error, IndexError) or "Read less bytes than requested" in detail:
+        size = f"{os.path.getsize(where):,} bytes" if len(files) == 1 else "a data file"
+        return CheckpointError(f"{where}: damaged checkpoint: truncated ({size}, {what} ends beyond it)")
+    if "Checksum does not match" in detail:
+        return CheckpointError(f"{where}: damaged checkpoint: corrupted ({what} fails its checksum)")
+    if not files:
+        return CheckpointError(f"{prefix}: damaged checkpoint: no data file ({prefix}.data-*) beside its index")
+    return CheckpointError(f"{where}: damaged checkpoint: {what} cannot be read ({detail})")
+
+
+def check_readable(prefix: str) -> None:
+    """Reads every tensor of the TF checkpoint at ``prefix`` back once, one at a time (TensorFlow checks each
+    one's length and CRC32C); a checkpoint that does not read whole raises ``damage_error`` (its file and what is
+    wrong). The trainer calls it on the checkpoint it resumes from before restoring anything."""
+    import tensorflow as tf
+
+    if not os.path.isfile(prefix + ".index"):
+        raise CheckpointError(f"{prefix}.index: damaged checkpoint: its index file is missing")
+    try:
+        dtypes = tf.train.load_checkpoint(prefix).get_variable_to_dtype_map()
+    except (IndexError, tf.errors.OpError) as e:
+        raise CheckpointError(f"{prefix}.index: damaged checkpoint: not a readable index ({_tf_message(e)})") from None
+    for name, dtype in sorted(dtypes.items()):
+        try:
+            with tf.device("CPU:0"):
+                tf.raw_ops.RestoreV2(prefix=prefix, tensor_names=[name], shape_and_slices=[""], dtypes=[dtype])
+        except (IndexError, tf.errors.OpError) as e:
+            raise damage_error(prefix, e, name) from None
 
 
 # ---------------------------------------------------------------------------------------------- HuggingFace
@@ -430,26 +479,34 @@ def detect_format(path: str) -> str:
 
 
 _IMPLEMENTATION = {"own": "xlnet-tf", "original": "the original XLNet", "hf": "transformers"}
+_CONFIG_NAMES = {"own": (OWN_CONFIG,), "hf": ("config.json",), "original": ("xlnet_config.json", "config.json")}
 
 
-def resolve_config(path: str, fmt: str, config: Optional[XLNetConfig], overrides: dict) -> XLNetConfig:
-    """The config of the checkpoint at ``path`` (``config``, else the json beside it), with ``overrides``; logs one
-    line naming the feed-forward activation in use (a format's name computes what its implementation computes:
-    ``config.py``'s docstring) and how to choose the other GELU."""
+def config_file(path: str, fmt: str) -> Optional[str]:
+    """The config json next to the checkpoint at ``path`` (format ``fmt``), or None."""
+    base = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    found = [p for p in (os.path.join(base, n) for n in _CONFIG_NAMES[fmt]) if os.path.isfile(p)]
+    return found[0] if found else None
+
+
+def resolve_config(path: str, fmt: str, config: Optional[XLNetConfig], overrides: dict,
+                   fix: str = "pass config=XLNetConfig(...)") -> XLNetConfig:
+    """``config`` (with ``overrides``), else the config next to the checkpoint, read in the names of the format's
+    own implementation (``config.py``'s docstring); ``fix``: how the caller's user gives one when there is none (the
+    Python API's argument, a command's flag). Logs one line naming the feed-forward activation in use and how to
+    choose the other GELU."""
     if config is not None:
         cfg = config.replace(**overrides) if overrides else config
         log.info("%s: %s", path, describe_activation(cfg.ff_activation, "as configured"))
         return cfg
-    base = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-    names = {"own": (OWN_CONFIG,), "hf": ("config.json",), "original": ("xlnet_config.json", "config.json")}[fmt]
-    for n in names:
-        p = os.path.join(base, n)
-        if os.path.isfile(p):
-            cfg = XLNetConfig.from_json_file(p, names="hf" if fmt == "hf" else "original", **overrides)
-            how = "as given" if "ff_activation" in overrides else f"{n} read as {_IMPLEMENTATION[fmt]} reads it"
-            log.info("%s: %s", path, describe_activation(cfg.ff_activation, how))
-            return cfg
-    raise CheckpointError(f"{path}: no {' or '.join(names)} next to the checkpoint; pass config=XLNetConfig(...)")
+    found = config_file(path, fmt)
+    if found is None:
+        raise CheckpointError(f"{path}: no {' or '.join(_CONFIG_NAMES[fmt])} next to the checkpoint; {fix}")
+    cfg = XLNetConfig.from_json_file(found, names="hf" if fmt == "hf" else "original", **overrides)
+    how = ("as given" if "ff_activation" in overrides
+           else f"{os.path.basename(found)} read as {_IMPLEMENTATION[fmt]} reads it")
+    log.info("%s: %s", path, describe_activation(cfg.ff_activation, how))
+    return cfg
 
 
 def reader_for(path: str, fmt: str, config: XLNetConfig):

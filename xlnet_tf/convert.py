@@ -28,8 +28,9 @@ def convert(input_path: str, output_dir: str, config_path: str | None = None, to
 
     if to not in FORMATS:
         raise ValueError(f"--to: expected one of {sorted(FORMATS)}, got {to!r}")
-    config = XLNetConfig.from_json_file(config_path) if config_path else None
     fmt = checkpoint.detect_format(input_path)
+    config = XLNetConfig.from_json_file(config_path) if config_path else checkpoint.resolve_config(
+        input_path, fmt, None, {}, fix="pass --config=PATH (the model's xlnet_config.json)")
     model = XLNetModel.from_pretrained(input_path, config=config)
     model.save_pretrained(output_dir, format=FORMATS[to])
     return fmt

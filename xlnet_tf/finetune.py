@@ -76,7 +76,12 @@ class FineTuner:
     def restore(self, path: str) -> TaskModel:
         with self.strategy.scope():
             model = self.build_model(load_init=False)
-        tf.train.Checkpoint(model=model).restore(path).expect_partial()
+        try:
+            tf.train.Checkpoint(model=model).restore(path).expect_partial()
+        except (IndexError, tf.errors.OpError) as e:  # a truncated or corrupted checkpoint: one line naming it
+            from xlnet_tf.checkpoint import damage_error
+
+            raise damage_error(path, e) from None
         self.step = checkpoint_step(path)
         return model
 

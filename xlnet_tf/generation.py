@@ -30,13 +30,21 @@ the CLI and read as ``<eod>`` by the SavedModel.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
+import os
+import signal
+import threading
+import time
 from typing import Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from xlnet_tf.attention import KeyValueMemory
+
+log = logging.getLogger("generation")
 
 DUMMY_ID = 0  # HF's placeholder id; nothing reads its content (perm_mask hides it), so its value does not matter
 
@@ -141,10 +149,14 @@ def choose(logits, step, do_sample: bool, c: dict):
     return tf.cast(tf.random.stateless_categorical(logits, 1, seed=step_seed)[:, 0], tf.int32)
 
 
-def generate_graph(model, input_ids, padding_mask, do_sample: bool, c: dict):
+REPORT_STEPS = 16  # a ``report`` callback of the loop is called every this many new tokens
+
+
+def generate_graph(model, input_ids, padding_mask, do_sample: bool, c: dict, report=None):
     """The whole generation as graph ops (call it inside a ``tf.function``): input_ids, padding_mask [b, P]
     (left-padded), the ``controls`` c -> new ids int32 [b, max_new_tokens] (``pad_id`` after a row's
-    ``eos_id``)."""
+    ``eos_id``). ``report``: a Python function of the number of new tokens so far, called from the loop every
+    ``REPORT_STEPS`` tokens (progress; never in an exported graph)."""
     input_ids = tf.cast(input_ids, tf.int32)
     padding_mask = tf.cast(padding_mask, tf.int32)
     bsz, plen = tf.shape(input_ids)[0], tf.shape(input_ids)[1]
@@ -176,6 +188,12 @@ def generate_graph(model, input_ids, padding_mask, do_sample: bool, c: dict):
         return (step < n_new) & tf.logical_not(tf.reduce_all(finished))
 
     def body(step, prev, cur, finished, out, mem_mask, *mems):
+        if report is not None:
+            tick = tf.cond(tf.equal(step % REPORT_STEPS, 0),
+                           lambda: tf.reshape(tf.numpy_function(report, [step], tf.int32, stateful=True), []),
+                           lambda: tf.constant(0))
+            with tf.control_dependencies([tick]):
+                step = tf.identity(step)
         window = tf.stack([prev, cur], axis=1)
         kv = [KeyValueMemory(*mems[2 * i:2 * i + 2]) for i in range(len(attn))]
         logits, hidden = next_token_logits(model, window, mems=kv, mem_padding_mask=mem_mask)
@@ -190,25 +208,58 @@ def generate_graph(model, input_ids, padding_mask, do_sample: bool, c: dict):
     return tf.while_loop(cond, body, state)[4]
 
 
+class _Interrupted(Exception):
+    """Raised in the loop's report to end a generation on Ctrl-C."""
+
+
 class Generator:
     """Compiled generation for one model: ``Generator(model)(input_ids, padding_mask, options)`` -> int32
     [b, max_new_tokens] numpy. One ``tf.function`` trace for greedy and one for sampling: prompts' shapes and
-    every other option are tensors of the trace."""
+    every other option are tensors of the trace. ``progress_every``: log how far a generation is (new tokens,
+    tokens per second, time left) at most every this many seconds (``inf``: never); with it, Ctrl-C also stops the
+    compiled loop (the loop runs in TensorFlow's threads, where Python sees no signal: the report, called every
+    ``REPORT_STEPS`` tokens, reads SIGINT from ``signal.set_wakeup_fd`` and ends the loop; the main thread then
+    raises KeyboardInterrupt). None: neither (the library's default)."""
 
-    def __init__(self, model):
+    def __init__(self, model, progress_every: Optional[float] = None):
         if model.config.bi_data:
             raise ValueError("generation needs bi_data=False (a pretraining option: load the model with "
                              "bi_data=False)")
         self.model = model
+        self.progress_every = progress_every
         self._functions = {}
+        self._run = dict(first=None, shown=0.0, total=0, batch=(1, 1), wakeup=None)
+
+    def _report(self, step) -> np.int32:
+        """Called from the loop every ``REPORT_STEPS`` new tokens: a progress line at most every
+        ``progress_every`` seconds."""
+        now, run, step = time.time(), self._run, int(step)
+        if run["wakeup"] is not None:
+            try:
+                signals = os.read(run["wakeup"], 64)
+            except BlockingIOError:
+                signals = b""
+            if bytes([signal.SIGINT]) in signals:  # Ctrl-C: Python raises its KeyboardInterrupt once the loop ends
+                raise _Interrupted("generation interrupted")
+        if run["first"] is None:  # the rate counts from here: the trace and the prompt's pass are behind
+            run["first"] = (now, step)
+        elif now - run["shown"] >= self.progress_every:
+            run["shown"] = now
+            rate = (step - run["first"][1]) / max(now - run["first"][0], 1e-9)
+            left = time.strftime("%H:%M:%S", time.gmtime((run["total"] - step) / max(rate, 1e-9)))
+            batch = "" if run["batch"][1] == 1 else f" of batch {run['batch'][0]}/{run['batch'][1]}"
+            log.info("generating: %d/%d new tokens%s, %.1f tokens/s, about %s left in this batch", step,
+                     run["total"], batch, rate, left)
+        return np.int32(0)
 
     def function(self, do_sample: bool):
         if do_sample not in self._functions:
             spec = tf.TensorSpec([None, None], tf.int32)
+            report = self._report if self.progress_every is not None else None
 
             @tf.function(input_signature=[spec, spec, CONTROL_SPECS])
             def run(input_ids, padding_mask, c):
-                return generate_graph(self.model, input_ids, padding_mask, do_sample, c)
+                return generate_graph(self.model, input_ids, padding_mask, do_sample, c, report)
 
             self._functions[do_sample] = run
         return self._functions[do_sample]
@@ -224,7 +275,41 @@ class Generator:
                              f"{input_ids.shape} and {padding_mask.shape}")
         if not padding_mask[:, -1].all():
             raise ValueError("padding_mask: prompts must be left-padded (every row's last position real)")
-        return self.function(options.do_sample)(input_ids, padding_mask, controls(options)).numpy()
+        self._run.update(first=None, shown=time.time(), total=options.max_new_tokens)
+        with self._signals() as interrupted:
+            try:
+                out = self.function(options.do_sample)(input_ids, padding_mask, controls(options)).numpy()
+            except tf.errors.OpError as e:
+                if "generation interrupted" not in str(e):
+                    raise
+                out = None
+        if interrupted or out is None:
+            raise KeyboardInterrupt
+        return out
+
+    @contextlib.contextmanager
+    def _signals(self):
+        """While the loop runs (with a report, in the main thread): SIGINT is noted (the list yielded gets an
+        item) instead of raised (a KeyboardInterrupt pending while TensorFlow's error unwinds would garble it), and
+        also written to a pipe the report reads (``signal.set_wakeup_fd``), which ends the loop."""
+        noted: list = []
+        if self.progress_every is None or threading.current_thread() is not threading.main_thread():
+            yield noted
+            return
+        read, write = os.pipe()
+        os.set_blocking(read, False)
+        os.set_blocking(write, False)
+        handler = signal.signal(signal.SIGINT, lambda signum, frame: noted.append(signum))
+        previous = signal.set_wakeup_fd(write)
+        self._run["wakeup"] = read
+        try:
+            yield noted
+        finally:
+            signal.set_wakeup_fd(previous)
+            signal.signal(signal.SIGINT, handler)
+            self._run["wakeup"] = None
+            os.close(read)
+            os.close(write)
 
     def generate(self, prompts: Sequence[Sequence[int]], options: Optional[GenerationOptions] = None,
                  batch_size: int = 8):
@@ -232,6 +317,7 @@ class Generator:
         options = options or GenerationOptions()
         results = []
         for start in range(0, len(prompts), batch_size):
+            self._run["batch"] = (start // batch_size + 1, -(-len(prompts) // batch_size))
             ids, mask = left_pad(prompts[start:start + batch_size], options.pad_id)
             for row in self(ids, mask, options):
                 row = [int(t) for t in row]

@@ -420,6 +420,33 @@ def estimate(config: Union[XLNetConfig, str, dict], seq_len: int, batch: int, pr
     }
 
 
+def generation_estimate(config: Union[XLNetConfig, str, dict], batch: int, prompt_length: int, max_new_tokens: int,
+                        mem_len: Optional[int] = None, precision: str = "float32") -> Dict:
+    """Estimated memory of generating (``xlnet_tf/generation.py``) for ``batch`` prompts of up to ``prompt_length``
+    pieces: the prompt's forward pass (``estimate`` for inference), then a loop whose state holds each layer's keys
+    and values of ``positions`` positions (every one that joins the memory: the prompt but its last token and
+    each new token, or the last ``mem_len - 2``), twice while a step builds the next state, one layer's keys,
+    values, positional encodings and scores over them, and the new ids. Bytes; ``positions``; ``memory``: one
+    copy of the keys and values."""
+    c = _as_config(config)
+    if batch < 1 or prompt_length < 1 or max_new_tokens < 1:
+        raise ValueError("batch, prompt_length and max_new_tokens must be >= 1")
+    a = _bytes_per(precision)
+    positions = max(prompt_length - 1 + max_new_tokens - 1, 1)
+    if mem_len:
+        positions = min(positions, max(mem_len - 2, 1))
+    per_position = c.n_head * c.d_head * a                   # one key or value of one position, one row
+    memory = c.n_layer * 2 * batch * positions * per_position
+    klen = positions + 3                                     # the memory and a step's window of 3
+    step = 2 * batch * klen * per_position + 2 * klen * per_position + 3 * batch * 3 * klen * c.n_head * 4
+    ids = 2 * batch * max_new_tokens * 4                     # the new ids, and the next step's copy
+    params = 4 * backbone_param_counts(c)["total"]
+    prompt = estimate(c, prompt_length + 1, batch, precision, num_trainable_layers=0, head="none")["total"]
+    loop = params + 2 * memory + step
+    return {"positions": positions, "memory": memory, "prompt": prompt, "loop": loop, "ids": ids,
+            "total": max(prompt, loop) + ids}
+
+
 def machine_memory() -> Optional[int]:
     """Bytes of memory this process may use: the physical memory, or the cgroup's limit when lower (a container);
     None when unknown."""

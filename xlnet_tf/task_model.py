@@ -127,7 +127,10 @@ class TaskModel(WrapsBackbone, keras.Model):
         """Loads the backbone strictly from an original / HF / own checkpoint, and the head's weights when the
         checkpoint holds them under the original fine-tuned names (or ours). Returns counts for logging."""
         fmt = checkpoint.detect_format(path)
-        ckpt_config = checkpoint.resolve_config(path, fmt, None, {})
+        # A checkpoint without a config beside it (an original prefix) is read with the model's own config
+        # (the caller's); the shapes are checked either way.
+        found = checkpoint.config_file(path, fmt)
+        ckpt_config = self.config if found is None else checkpoint.resolve_config(path, fmt, None, {})
         if ckpt_config.to_original_dict() != self.config.to_original_dict():
             diffs = {k: (v, getattr(ckpt_config, k)) for k, v in self.config.to_original_dict().items()
                      if getattr(ckpt_config, k) != v}

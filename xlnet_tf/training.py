@@ -27,7 +27,9 @@ deterministic maps).
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
+import glob
 import logging
 import math
 import os
@@ -235,6 +237,35 @@ def check_precision(strategy: tf.distribute.Strategy, precision: str,
     return note
 
 
+def resume_point(model_dir: str) -> Optional[str]:
+    """The newest checkpoint of ``model_dir`` that reads whole (``checkpoint.check_readable``), None when there is
+    none; damaged newer ones are passed over with a WARNING naming each (a rerun then redoes their steps and
+    writes them again). Refuses (``CheckpointError``) when every checkpoint is damaged."""
+    from xlnet_tf.checkpoint import CheckpointError, check_readable
+
+    state = tf.train.get_checkpoint_state(model_dir)
+    if state is None or not state.model_checkpoint_path:
+        return None
+    paths = list(state.all_model_checkpoint_paths)
+    if state.model_checkpoint_path not in paths:
+        paths.append(state.model_checkpoint_path)
+    damaged = []
+    for path in reversed(paths):  # newest first
+        try:
+            check_readable(path)
+        except CheckpointError as e:
+            damaged.append(str(e))
+            continue
+        for problem in damaged:
+            log.warning("%s; resuming from the previous checkpoint that reads whole, %s", problem,
+                        os.path.basename(path))
+        return path
+    raise CheckpointError(f"{damaged[0]}" + (f" (and {len(damaged) - 1} earlier checkpoint(s) are damaged too)"
+                                             if len(damaged) > 1 else "")
+                          + f"; no checkpoint in {model_dir} reads whole: remove them to train from the start, or "
+                            "use a new output directory")
+
+
 class Trainer:
     """Builds model, optimizer, data iterator and checkpoint under ``strategy``; ``train()`` runs the loop."""
 
@@ -291,7 +322,7 @@ class Trainer:
         latest = None
         if cfg.model_dir:
             self._ckpt_dir = cfg.model_dir
-            latest = tf.train.latest_checkpoint(cfg.model_dir)
+            latest = resume_point(cfg.model_dir)
             if not self.is_chief:  # every worker saves (collective); only the chief's files are kept
                 self._ckpt_dir = tempfile.mkdtemp(prefix="xlnet_worker_ckpt_")
         start = int(tf.train.load_variable(latest, "step/.ATTRIBUTES/VARIABLE_VALUE")) if latest else 0
@@ -325,6 +356,7 @@ class Trainer:
                 raise CheckpointError(f"{latest}: this checkpoint does not fit the model being trained ({detail}); "
                                       f"use a new output directory or remove it") from None
         self.restored_from = latest
+        self._saved: Optional[str] = None  # the last checkpoint this trainer wrote
         self._step_fn = self._build_step()
 
     # ------------------------------------------------------------------ pieces
@@ -424,10 +456,34 @@ class Trainer:
     def save(self) -> Optional[str]:
         if self.manager is None:
             return None
-        path = self.manager.save(checkpoint_number=int(self.step.numpy()))
+        number, started = int(self.step.numpy()), time.time()
+        try:
+            path = self.manager.save(checkpoint_number=number)
+        except BaseException as e:  # a full disk (or Ctrl-C) mid-write: no partial checkpoint stays behind
+            written = self._remove_partial_checkpoint(number, started)
+            if isinstance(e, Exception) and (getattr(e, "errno", None) == errno.ENOSPC
+                                             or "No space left on device" in str(e)):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC),
+                              f"checkpoint {written} (its partial files removed)") from None
+            raise
         if not self.is_chief:
             shutil.rmtree(self._ckpt_dir, ignore_errors=True)
+        self._saved = path
         return path
+
+    def _remove_partial_checkpoint(self, number: int, started: float) -> str:
+        """Removes what a failed save of checkpoint ``number`` wrote: TensorFlow's ``ckpt-N_temp`` directory and
+        any ``ckpt-N.*`` file written since ``started``; returns the checkpoint's prefix."""
+        prefix = os.path.join(self._ckpt_dir, f"ckpt-{number}")
+        for path in glob.glob(glob.escape(prefix) + "_temp*"):
+            shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
+        for path in glob.glob(glob.escape(prefix) + ".*"):
+            try:
+                if os.path.getmtime(path) >= started - 1:
+                    os.remove(path)
+            except OSError:
+                pass
+        return prefix
 
     # ------------------------------------------------------------------ loop
     def train(self, stop_at: Optional[int] = None) -> TrainResult:
@@ -443,7 +499,7 @@ class Trainer:
         try:
             step = self._loop(step, end, writer, bar, history)
         except KeyboardInterrupt:
-            latest = self.manager.latest_checkpoint if self.manager else None
+            latest = self._saved or self.restored_from  # (the manager's latest may be a damaged one passed over)
             raise Interrupted(step if not history else history[-1][0],
                               int(latest.rsplit("-", 1)[1]) if latest else None, cfg.model_dir) from None
         self._save_history(history)

@@ -33,7 +33,7 @@ from data.lengths import report_truncation
 from data.tfrecord_io import FeatureSpec, cached_tfrecords, is_valid_cache, read_manifest
 from data import tfrecord_io
 from xlnet_tf.fileutil import stat_identity
-from xlnet_tf.tokenizer import SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD
+from xlnet_tf.tokenizer import SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD, part_chars
 
 LAYOUT = "xlnet-classification-v1"  # bump when the feature layout changes: invalidates cached TFRecords
 LONG_LAYOUT = "xlnet-classification-windows-v1"
@@ -131,27 +131,32 @@ def encode_documents(tokenizer, texts: Sequence[str], max_seq_length: int,
                      max_segments: Optional[int] = None) -> Dict[str, np.ndarray]:
     """Raw documents -> their windows, right-aligned to the longest: int32 [n, S, L] and ``num_segments`` [n]
     (what the memory-mode SavedModel builds in-graph)."""
+    keep = text_budget(max_seq_length, False, max_segments) + 1 if max_segments else None
     wins = [build_windows(ids, max_seq_length, tokenizer.sep_id, tokenizer.cls_id, max_segments)
-            for ids in encode_many(tokenizer, list(texts))]
+            for ids in encode_many(tokenizer, list(texts), first=keep)]
     s = max(len(w["input_ids"]) for w in wins)
     feats = [right_align(w, s) for w in wins]
     return {k: np.asarray([f[k] for f in feats], dtype=np.int32) for k in feats[0]}
 
 
-def encode_many(tokenizer, texts: Sequence[str], num_threads: int = 2) -> List[List[int]]:
+def encode_many(tokenizer, texts: Sequence[str], num_threads: int = 2, first: Optional[int] = None) -> List[List[int]]:
     """``[tokenizer.encode(t) for t in texts]``, faster: one batched SentencePiece call.
 
     The digit-comma rule can only fire on a piece ending in ``<digit>,``; texts that might produce one (non
     printable-ASCII text, or ``[0-9],``) go through ``tokenizer.encode``'s path, so the ids are identical.
+    ``first``: each text's first ids only (``tokenizer.encode(t, first=...)``: a long text costs what is kept).
     """
     if not all(hasattr(tokenizer, a) for a in ("sp", "preprocess", "tokenize_preprocessed")):
-        return [tokenizer.encode(t) for t in texts]
-    pre = [tokenizer.preprocess(t) for t in texts]
+        return [tokenizer.encode(t)[:first] for t in texts]
+    long = {i for i, t in enumerate(texts) if first is not None and len(t) > part_chars(first)}
+    pre = [tokenizer.preprocess(t) if i not in long else "" for i, t in enumerate(texts)]
     ids = tokenizer.sp.Encode(pre, num_threads=num_threads) if pre else []
     for i, t in enumerate(pre):
-        if not (t.isascii() and t.isprintable()) or _DIGIT_COMMA.search(t):
+        if i in long:
+            ids[i] = tokenizer.encode(texts[i], first=first)
+        elif not (t.isascii() and t.isprintable()) or _DIGIT_COMMA.search(t):
             ids[i] = tokenizer.convert_tokens_to_ids(tokenizer.tokenize_preprocessed(t))
-    return [list(x) for x in ids]
+    return [list(x[:first]) for x in ids]
 
 
 def encode_texts(tokenizer, text_a: Union[str, Sequence[str]], text_b: Union[str, Sequence[str], None] = None,
@@ -164,8 +169,9 @@ def encode_texts(tokenizer, text_a: Union[str, Sequence[str]], text_b: Union[str
         b_list = [None] * len(a_list)
     if len(b_list) != len(a_list):
         raise ValueError(f"{len(a_list)} text_a but {len(b_list)} text_b")
-    ids_a = encode_many(tokenizer, a_list)
-    ids_b = encode_many(tokenizer, [b or "" for b in b_list])
+    keep = text_budget(max_seq_length, pair=False) + 1  # what either text can keep, and one to see a cut
+    ids_a = encode_many(tokenizer, a_list, first=keep)
+    ids_b = encode_many(tokenizer, [b or "" for b in b_list], first=keep)
     feats = [build_features(a, b, max_seq_length, tokenizer.sep_id, tokenizer.cls_id) for a, b in zip(ids_a, ids_b)]
     out = {k: np.asarray([f[k] for f in feats], dtype=np.int32) for k in feats[0]} if feats else {}
     return {k: v[0] for k, v in out.items()} if single else out
@@ -188,12 +194,15 @@ def iter_features(examples: Iterable, tokenizer, task, max_seq_length: int, chun
             return build_features(a, b, max_seq_length, tokenizer.sep_id, tokenizer.cls_id)
     examples = iter(examples)
     n = truncated = 0
+    # Either text keeps at most a single text's budget (``truncate_pair`` only shortens); one more piece tells a
+    # cut text from one that fits, so tokenising costs what the features keep (``XLNetTokenizer.encode``).
+    keep = text_budget(max_seq_length, False, max_segments) + 1
     while True:
         block = [ex for _, ex in zip(range(chunk), examples)]
         if not block:
             break
-        ids_a = encode_many(tokenizer, [ex.text_a for ex in block])
-        ids_b = encode_many(tokenizer, [ex.text_b or "" for ex in block])
+        ids_a = encode_many(tokenizer, [ex.text_a for ex in block], first=keep)
+        ids_b = encode_many(tokenizer, [ex.text_b or "" for ex in block], first=keep)
         for ex, a, b in zip(block, ids_a, ids_b):
             truncated += len(a) + len(b) > text_budget(max_seq_length, bool(b), max_segments)
             feat = build(a, b)

@@ -228,21 +228,43 @@ def read_table(path: str, fmt: str, columns: Columns, task: ClassificationTask, 
     return out
 
 
+_KINDS = {str: ("a JSON string", "JSON strings"), int: ("a JSON integer", "JSON integers"),
+          float: ("a JSON number with a fraction or exponent", "JSON numbers with a fraction or exponent")}
+
+
+def _check_label_kind(kinds: dict, value, label: str, path: str, line: int, field: str) -> None:
+    """Labels of one JSON kind only while the label set is discovered: the number 1 among "pos" / "neg" would
+    silently become a class '1' of its own (and 1 beside 1.0 two classes)."""
+    kind = type(value)
+    if kinds and kind not in kinds:
+        (other, seen), = kinds.items()
+        classes = sorted(seen | {label})
+        raise DataError(path, line, f"label {value!r} is {_KINDS[kind][0]}, the labels before it are "
+                                    f"{_KINDS[other][1]} ({sorted(seen)}): the task would have {len(classes)} "
+                                    f"classes {classes}; write every label alike, or pass --labels (the label set, "
+                                    f"in order)", field)
+    kinds.setdefault(kind, set()).add(label)
+
+
 def read_jsonl(path: str, text_a: str, text_b: Optional[str], label: Optional[str], task: ClassificationTask,
                split: str) -> List[Example]:
     """One JSON object per line; ``label`` may be absent on test files. Labels may be JSON numbers."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"data file not found: {path}")
     out: List[Example] = []
+    discovering = task.labels is None and not task.regression
+    kinds: dict = {}  # while the label set is discovered: the JSON kind of the labels -> the labels of that kind
     with open(path, "rb") as f:
         for line, raw in enumerate(f, 1):
-            text = _decode(raw, path, line).lstrip("\ufeff").strip()
-            if not text:
+            text = _decode(raw, path, line).lstrip("\ufeff")
+            del raw  # a long line is held once as text, then once as its object (no stripped copies)
+            if not text or text.isspace():
                 continue
             try:
                 obj = json.loads(text)
             except ValueError as e:
                 raise DataError(path, line, f"expected a JSON object ({e})") from None
+            del text
             if not isinstance(obj, dict):
                 raise DataError(path, line, f"expected a JSON object, got {type(obj).__name__}")
             for key in (text_a, text_b):
@@ -257,6 +279,8 @@ def read_jsonl(path: str, text_a: str, text_b: Optional[str], label: Optional[st
                 if isinstance(value, bool) or not isinstance(value, (str, int, float)):
                     raise DataError(path, line, f"expected a string or number, got {value!r}", label)
                 lab = task.parse_label(str(value), path, line, label)
+                if discovering:
+                    _check_label_kind(kinds, value, lab, path, line, label)
             out.append(Example(f"{split}-{len(out)}", obj[text_a], obj[text_b] if text_b else None, lab))
     if not out:
         raise DataError(path, None, "empty file; expected one JSON object per line")

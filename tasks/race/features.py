@@ -99,6 +99,16 @@ def encode_choice_windows(context_ids: Sequence[int], qa_ids: Sequence[Sequence[
     return out
 
 
+def encode_article(tokenizer: XLNetTokenizer, article: str, max_seq_length: int, max_segments: Optional[int] = None,
+                   windows: bool = False) -> List[int]:
+    """The article's ids an option can keep (its first ``max_seq_length - 3``, or ``max_segments * max_seq_length - 3``
+    in windows; all of them in windows without ``max_segments``), and one more when it is longer, so a cut is seen:
+    tokenising costs what the features keep (``XLNetTokenizer.encode``)."""
+    if (windows or max_segments) and not max_segments:
+        return tokenizer.encode(article)
+    return tokenizer.encode(article, first=(int(max_segments) if max_segments else 1) * max_seq_length - 2)
+
+
 def encode_race(tokenizer: XLNetTokenizer, article: str, question: str, options: Sequence[str],
                 max_seq_length: int = 512, max_qa_length: int = 128,
                 context_ids: Optional[Sequence[int]] = None, max_segments: Optional[int] = None,
@@ -109,8 +119,8 @@ def encode_race(tokenizer: XLNetTokenizer, article: str, question: str, options:
     ``context_ids`` (the article already encoded) skips re-tokenising an article shared by several questions.
     """
     if context_ids is None:
-        context_ids = tokenizer.encode(article)
-    qa_ids = [tokenizer.encode(qa_text(question, o)) for o in options]
+        context_ids = encode_article(tokenizer, article, max_seq_length, max_segments, windows)
+    qa_ids = [tokenizer.encode(qa_text(question, o), last=max_qa_length) for o in options]
     if windows or max_segments:
         return encode_choice_windows(context_ids, qa_ids, max_seq_length, max_qa_length, tokenizer.sep_id,
                                      tokenizer.cls_id, max_segments)
@@ -121,7 +131,7 @@ def document_features(tokenizer: XLNetTokenizer, doc: race_task.RaceDocument, ma
                       max_qa_length: int, max_segments: Optional[int] = None) -> List[Dict[str, object]]:
     """Records of every question of one file (the article tokenised once; ``max_segments``: windows), each with
     ``truncated``: whether an option's sequence lost pieces of the article (not a TFRecord feature)."""
-    context_ids = tokenizer.encode(doc.article)
+    context_ids = encode_article(tokenizer, doc.article, max_seq_length, max_segments)
     out = []
     for ex in doc.examples:
         feats = encode_race(tokenizer, ex.article, ex.question, ex.options, max_seq_length, max_qa_length,

@@ -36,7 +36,7 @@ import numpy as np
 
 from data import tfrecord_io
 from xlnet_tf.fileutil import stat_identity, write_json
-from xlnet_tf.tokenizer import SPIECE_UNDERLINE, XLNetTokenizer
+from xlnet_tf.tokenizer import SPIECE_UNDERLINE, WHOLE_CHARS, XLNetTokenizer, text_parts
 
 LAYOUT_VERSION = 1
 SEG_P, SEG_Q, SEG_CLS, SEG_PAD = 0, 1, 2, 3
@@ -124,14 +124,6 @@ def preprocess_with_offsets(text: str, lower: bool = False, remove_space: bool =
     return out, starts, ends
 
 
-def fast_preprocess(tokenizer: XLNetTokenizer, text: str) -> str:
-    """``tokenizer.preprocess(text)`` with a shortcut for ASCII text (identical result)."""
-    if text.isascii() and not tokenizer.lower:
-        out = " ".join(text.split()) if tokenizer.remove_space else text
-        return out.replace("``", '"').replace("''", '"')
-    return tokenizer.preprocess(text)
-
-
 def align_preprocessed(text: str, tokenizer: XLNetTokenizer) -> Tuple[str, np.ndarray, np.ndarray]:
     """``tokenizer.preprocess(text)`` and the original span of each of its characters."""
     mine, starts, ends = preprocess_with_offsets(text, tokenizer.lower, tokenizer.remove_space,
@@ -214,8 +206,37 @@ class ContextTokens:
     ends: List[int]
 
 
-def tokenize_with_offsets(tokenizer: XLNetTokenizer, text: str) -> ContextTokens:
-    """Same pieces as ``tokenizer.tokenize(text)`` (digit-comma rule included), each with its original span."""
+def tokenize_with_offsets(tokenizer: XLNetTokenizer, text: str, part_chars: int = WHOLE_CHARS) -> ContextTokens:
+    """Same pieces as ``tokenizer.tokenize(text)`` (digit-comma rule included), each with its original span.
+
+    A context longer than ``part_chars`` (a million characters: SQuAD's paragraphs are thousands) is tokenised in
+    parts cut where a whitespace run starts (``xlnet_tf.tokenizer.text_parts``, for a whitespace-local model), so the
+    alignment's per-character arrays cost one part, not the whole context. Each part's pieces are SentencePiece's
+    for that part (the whole text's but where its float32 sums break a tie the other way, as ``encode(last=)``:
+    ``xlnet_tf/tokenizer.py``'s docstring), with the spans the whole would give them."""
+    if len(text) <= part_chars or not tokenizer.whitespace_local:
+        return _tokenize_part(tokenizer, text)
+    out, a = ContextTokens([], [], [], []), 0
+    for _, b in text_parts(text, part_chars):
+        # a part ends before a whitespace run only where its last word does not end in spaces of the preprocessing
+        # (a mark such as "¨" becomes one): else the whole's ``▁`` would span both sides of the cut
+        last = tokenizer.preprocess(text[max(a, b - 64):b].split()[-1]) if b < len(text) else "x"
+        if not last or last.endswith(" "):
+            continue
+        part = _tokenize_part(tokenizer, text[a:b], after_space=a > 0)
+        out.pieces += part.pieces
+        out.ids += part.ids
+        out.starts += [x + a for x in part.starts]
+        out.ends += [x + a for x in part.ends]
+        a = b
+    return out
+
+
+def _tokenize_part(tokenizer: XLNetTokenizer, text: str, after_space: bool = False) -> ContextTokens:
+    """``tokenize_with_offsets`` of one text in one pass. ``after_space``: the text is a part of a longer one,
+    starting where a whitespace run starts; a first piece that is the word boundary alone (``▁``, or a ``▁x``
+    whose ``x`` SentencePiece's normalizer made of nothing) then spans what it spans in the whole: the run and
+    the spaces the preprocessing makes of marks before the first word (e.g. of "¨")."""
     prep, ostart, oend = align_preprocessed(text, tokenizer)
     enc = _encoder(tokenizer)
     pieces, ids, offs = enc(prep)
@@ -251,6 +272,10 @@ def tokenize_with_offsets(tokenizer: XLNetTokenizer, text: str) -> ContextTokens
     starts = np.where(nonempty, ostart[np.minimum(a, n)], ostart[np.minimum(S, n)])
     ends = np.where(nonempty, oend[np.maximum(E - 1, 0)], starts)
     starts, ends = starts.tolist(), ends.tolist()
+    if after_space and pieces and pieces[0].startswith(SPIECE_UNDERLINE) and (
+            pieces[0] == SPIECE_UNDERLINE or starts[0] == ends[0]):  # nothing but the word boundary: its spaces
+        lead = len(prep) - len(prep.lstrip(" "))
+        starts[0], ends[0] = 0, int(oend[lead - 1]) if lead else len(text) - len(text.lstrip())
     return ContextTokens(pieces, ids, starts, ends)
 
 
@@ -408,7 +433,7 @@ def _encode_group(tok: XLNetTokenizer, group: _Group, cfg: _Config):
     feats, unmappable, truncated = [], [], 0
     span_cache: Dict[int, tuple] = {}
     for ex_index, question, a_start, a_end, impossible in questions:
-        q_ids = tok.convert_tokens_to_ids(tok.tokenize_preprocessed(fast_preprocess(tok, question)))
+        q_ids = tok.encode(question, first=cfg.max_query_length + 1)  # costs what is kept, and sees a cut
         if len(q_ids) > cfg.max_query_length:
             q_ids, truncated = q_ids[:cfg.max_query_length], truncated + 1
         tok_span = None

@@ -7,11 +7,14 @@ Every problem is a :class:`tasks.errors.DataError` naming the file and the json 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any, List, Optional, Tuple
 
 from tasks.errors import DataError
+
+log = logging.getLogger("squad")
 
 
 @dataclass
@@ -58,6 +61,7 @@ def parse_squad(obj: Any, source: str = "<memory>", require_answers: bool = True
     seen = {}
     v2 = str(obj.get("version", "")).lstrip("v").startswith("2")
     context_id = 0
+    both = []  # questions marked impossible that carry answers too
     for ai, article in enumerate(data):
         wa = f"data[{ai}]"
         paragraphs = _get(article, "paragraphs", list, source, wa)
@@ -97,12 +101,18 @@ def parse_squad(obj: Any, source: str = "<memory>", require_answers: bool = True
                     starts.append(start)
                 if not impossible and not texts and require_answers:
                     raise DataError(source, None, "answerable question without answers", field=f"{wq}.answers")
+                if impossible and texts:
+                    both.append(f"{wq} (id {qid!r})")
                 ex = SquadExample(qas_id=qid, question=question, context=context, context_id=context_id,
                                   is_impossible=impossible, answers=texts, answer_starts=starts, title=title)
                 if not impossible and texts:
                     ex.answer_text, ex.answer_start = texts[0], starts[0]
                 examples.append(ex)
             context_id += 1
+    if both:
+        log.warning("%s: %d question(s) have is_impossible: true and answers too (the first: %s): they are trained "
+                    "as impossible, as the original, but scored as answerable (the official scorer reads only the "
+                    "answers)", source, len(both), both[0])
     return examples, ("2.0" if v2 else "1.1")
 
 
