@@ -23,6 +23,7 @@ import os
 import run_common
 import run_flags
 import run_main
+from xlnet_tf.generation_options import BATCH_SIZE, MAX_PROMPT_LENGTH, GenerationOptions
 
 PROGRESS_SECONDS = 10.0  # a long generation's progress line, at most this often
 log = logging.getLogger("generate")
@@ -35,15 +36,18 @@ def define_flags(fv) -> None:
     d.string("input_file", None, "Prompts, one per line.", input_path=True)
     d.string("output_file", None, "Where the results go (.jsonl).")
     d.string("export_dir", None, "Write a SavedModel generating from raw text here.")
-    d.integer("max_new_tokens", 20, "New tokens per prompt (the export's: fixed at export, in serving_info.json).")
-    d.bool("do_sample", False, "Sample (default: greedy).")
-    d.float("temperature", 1.0, "Sampling temperature (> 0).")
-    d.integer("top_k", 0, "Sample among the k most likely tokens (0 = all).")
-    d.float("top_p", 1.0, "Sample among the most likely tokens holding this mass (1 = all).")
-    d.integer("seed", 0, "Sampling seed (same seed, same ids).")
-    d.integer("mem_len", None, "Memory kept in positions + 2 (HF's mem_len; default: all).")
-    d.integer("batch_size", 8, "Prompts per batch.")
-    d.integer("max_prompt_length", 512, "Longer prompts keep their last pieces (logged; the export's: fixed).")
+    d.integer("max_new_tokens", GenerationOptions.max_new_tokens, "New tokens per prompt (the export's: fixed at "
+              "export, in serving_info.json).")
+    d.bool("do_sample", GenerationOptions.do_sample, "Sample (default: greedy).")
+    d.float("temperature", GenerationOptions.temperature, "Sampling temperature (> 0).")
+    d.integer("top_k", GenerationOptions.top_k, "Sample among the k most likely tokens (0 = all).")
+    d.float("top_p", GenerationOptions.top_p, "Sample among the most likely tokens holding this mass (1 = all).")
+    d.integer("seed", GenerationOptions.seed, "Sampling seed (same seed, same ids).")
+    d.integer("mem_len", GenerationOptions.mem_len, "Memory kept, in positions (the last ones; default: all), as "
+              "--mem_len means in every script; HuggingFace's config.mem_len keeps 2 fewer (its mem_len = this + 2).")
+    d.integer("batch_size", BATCH_SIZE, "Prompts per batch.")
+    d.integer("max_prompt_length", MAX_PROMPT_LENGTH, "Longer prompts keep their last pieces (logged; the export's: "
+              "fixed).")
     d.bool("progress", True, f"Log how far a long generation is (at most every {PROGRESS_SECONDS:g} s).")
     d.bool("check_memory", True, "Refuse a generation whose estimated memory (xlnet_tf.ram.generation_estimate: the "
            "model, each layer's memory of the prompt and every new token) exceeds the machine's.")
@@ -100,7 +104,6 @@ def job(F):
     if not F.init_checkpoint:
         raise ValueError("--init_checkpoint is required")
     tokenizer = run_common.tokenizer(F)
-    from xlnet_tf.generation import GenerationOptions  # TensorFlow: after the checks above
     from xlnet_tf.tokenizer import SPIECE_UNDERLINE
 
     try:

@@ -2,7 +2,11 @@
 call, so every script's ``main`` runs in-process as often as needed), each flag under a help section.
 
 Only definitions live here: ``run_common`` turns parsed flags into the library's objects, ``run_main`` parses,
-prints ``--help`` and turns failures into one ``error:`` line.
+prints ``--help`` and turns failures into one ``error:`` line. A flag that sets a field of an options dataclass
+takes that field's default (``XLNetConfig``'s run options, ``TrainConfig``, ``TaskOptions``, ``Plan``; each
+script's own: ``SquadOptions``, ``RaceData``, ``PretrainSpec``, ``GenerationOptions``): each default is written
+once, in its dataclass. Where a flag spells "not set" another way than its field (``-1`` / ``0`` / ``auto`` for
+None), its help says so.
 """
 
 from __future__ import annotations
@@ -11,7 +15,10 @@ import os
 
 from absl import flags
 
+from tasks.runner import Plan, TaskOptions
+from xlnet_tf.config import XLNetConfig
 from xlnet_tf.hardware import POLICY_OF_DTYPE, PRECISIONS
+from xlnet_tf.train_config import LAYER_DECAY_MODES, TrainConfig
 
 # The directories a run writes (its checkpoints record paths inside them: the input iterator's TFRecord files),
 # made absolute when the flags are parsed, so a run resumes from any working directory.
@@ -85,9 +92,9 @@ def define_common_flags(fv: flags.FlagValues, default_seq_len: int = 128, defaul
     """The flags every fine-tuning entry point shares (model, outputs, data, training, distribution)."""
     define_model_flags(fv)
     d = Definer(fv, "Model and tokenizer")
-    d.float("dropout", 0.1, "Dropout rate.")
-    d.float("dropatt", 0.1, "Attention dropout rate.")
-    d.integer("clamp_len", -1, "Clamp relative distances (<= 0: no clamping).")
+    d.float("dropout", XLNetConfig.dropout, "Dropout rate.")
+    d.float("dropatt", XLNetConfig.dropatt, "Attention dropout rate.")
+    d.integer("clamp_len", XLNetConfig.clamp_len, "Clamp relative distances (<= 0: no clamping).")
     d.string("summary_type", "last", "Sequence summary: last|first|mean|attn.")
     d.section("Outputs")
     d.string("output_dir", None, "Where results, predictions and cached TFRecords go (required).")
@@ -110,54 +117,55 @@ def define_common_flags(fv: flags.FlagValues, default_seq_len: int = 128, defaul
     d.bool("eval_all_ckpt", False, "Evaluate every checkpoint in model_dir and keep the best.")
     d.section("Data")
     d.integer("max_seq_length", default_seq_len, "Maximum sequence length in pieces.", lower_bound=1)
-    d.bool("overwrite_data", False, "Rebuild cached TFRecords even when valid.")
-    d.bool("length_buckets", True, "Training batches of examples of one length group, each padded to its longest "
-           "example (rounded up to --length_multiple); off, or with --grad_accum_steps > 1 (which stacks batches "
-           "of one shape), every training batch is padded to max_seq_length. Evaluation and prediction always pad "
-           "a batch to its longest text.")
+    d.bool("overwrite_data", TaskOptions.overwrite_data, "Rebuild cached TFRecords even when valid.")
+    d.bool("length_buckets", TaskOptions.bucket, "Training batches of examples of one length group, each padded to "
+           "its longest example (rounded up to --length_multiple); off, or with --grad_accum_steps > 1 (which stacks "
+           "batches of one shape), every training batch is padded to max_seq_length. Evaluation and prediction always"
+           " pad a batch to its longest text.")
     d.integer("length_multiple", 0, "Padded batch lengths are rounded up to a multiple of this (training and "
               "evaluation; each new length is traced once). 0: chosen by device and model size "
               "(data.lengths.default_multiple).", lower_bound=0)
     d.section("Training")
-    d.integer("train_batch_size", 32, "Global training batch size (per update; see grad_accum_steps).",
-              lower_bound=1)
-    d.integer("eval_batch_size", 32, "Evaluation batch size.", lower_bound=1)
+    d.integer("train_batch_size", Plan.train_batch_size, "Global training batch size (per update; see "
+              "grad_accum_steps).", lower_bound=1)
+    d.integer("eval_batch_size", TaskOptions.eval_batch_size, "Evaluation batch size.", lower_bound=1)
     d.integer("predict_batch_size", None, "Prediction batch size (default: eval_batch_size).", lower_bound=1)
     d.float("learning_rate", default_lr, "Peak learning rate (> 0 to train).")
-    d.integer("train_steps", 1000, "Optimizer updates.")
-    d.integer("warmup_steps", 0, "Linear warmup steps (more than --train_steps: the peak learning rate is never "
-              "reached, a warning).", lower_bound=0)
-    d.float("min_lr_ratio", 0.0, "Final LR as a fraction of the peak.")
-    d.float("weight_decay", 0.0, "Decoupled weight decay (every weight but LayerNorm and biases; the attention "
-            "biases r_w/r_r/r_s are decayed, as the original).")
-    d.float("adam_epsilon", 1e-6, "Adam epsilon.")
+    d.integer("train_steps", TrainConfig.train_steps, "Optimizer updates.")
+    d.integer("warmup_steps", TrainConfig.warmup_steps, "Linear warmup steps (more than --train_steps: the peak "
+              "learning rate is never reached, a warning).", lower_bound=0)
+    d.float("min_lr_ratio", TrainConfig.min_lr_ratio, "Final LR as a fraction of the peak.")
+    d.float("weight_decay", TrainConfig.weight_decay, "Decoupled weight decay (every weight but LayerNorm and biases;"
+            " the attention biases r_w/r_r/r_s are decayed, as the original).")
+    d.float("adam_epsilon", TrainConfig.adam_epsilon, "Adam epsilon.")
     d.enum("adam_bias_correction", "auto", ["auto", "true", "false"],
            "Adam bias correction. auto: with --init_checkpoint the original's rule, on when weight_decay == 0 "
            "(tf.train.Adam) and off when weight_decay > 0 (its AdamWeightDecay, made for fine-tuning pretrained "
            "weights at 2e-5..5e-5); from random initialisation always on (without it the first updates are 3-6x "
            "larger and a fresh model collapses at 1e-3).")
-    d.float("clip", 1.0, "Global-norm gradient clipping (<= 0: none).")
-    d.float("lr_layer_decay_rate", 1.0, "Layer-wise decay rate (see --layer_decay_mode).")
-    d.enum("layer_decay_mode", "grad", ["grad", "lr"],
+    d.float("clip", TrainConfig.clip_norm, "Global-norm gradient clipping (<= 0: none).")
+    d.float("lr_layer_decay_rate", TrainConfig.lr_layer_decay_rate, "Layer-wise decay rate (see --layer_decay_mode).")
+    d.enum("layer_decay_mode", TrainConfig.layer_decay_mode, LAYER_DECAY_MODES,
            "grad (the original; reproduces the published recipes): the clipped gradients of block l's projection, "
            "feed-forward and LayerNorm weights are multiplied by rate^(n_layer-1-l); embeddings, attention biases, "
            "seg_embed and heads are not scaled, and Adam mostly cancels the factor. lr: a true per-layer learning "
            "rate rate^(n_layer-depth) on every variable, embeddings included; with 0.75 on XLNet-Large the "
            "embedding trains at 0.001x the top rate and the bottom layers practically freeze.")
-    d.integer("grad_accum_steps", 1, "Micro-batches per update (same update as a k-times batch).", lower_bound=1)
+    d.integer("grad_accum_steps", TrainConfig.grad_accum_steps, "Micro-batches per update (same update as a k-times "
+              "batch).", lower_bound=1)
     d.integer("num_trainable_layers", -1, "Train only the top N blocks and the head (-1: all).")
     d.list("head_hidden_sizes", [], "Hidden sizes of a deeper head MLP (empty: the original head).")
-    d.integer("save_steps", 1000, "Checkpoint every N steps (0: only at the end).")
-    d.integer("keep_checkpoint_max", 5, "Checkpoints kept.")
-    d.integer("iterations", 50, "Log every N steps.")
-    d.integer("seed", 42, "Random seed.")
-    d.bool("progress", True, "Show progress bars.")
+    d.integer("save_steps", TrainConfig.save_steps, "Checkpoint every N steps (0: only at the end).")
+    d.integer("keep_checkpoint_max", TrainConfig.keep_checkpoint_max, "Checkpoints kept.")
+    d.integer("iterations", TrainConfig.log_steps, "Log every N steps.")
+    d.integer("seed", TrainConfig.seed, "Random seed.")
+    d.bool("progress", TrainConfig.progress, "Show progress bars.")
     d.section("Speed and memory")
-    d.enum("precision", "float32", PRECISIONS, "Compute precision.")
-    d.bool("recompute", False, "Recompute each block's activations in the backward pass.")
-    d.bool("accelerate", True, "The accelerations of xlnet_tf/accel that apply on this host (XLA clusters, "
-           "compiled attention kernels, query chunking); false: the plain TensorFlow ops of the math only.")
-    d.enum("pos_dropout", "per_example", ["per_example", "shared"],
+    d.enum("precision", TrainConfig.precision, PRECISIONS, "Compute precision.")
+    d.bool("recompute", XLNetConfig.recompute, "Recompute each block's activations in the backward pass.")
+    d.bool("accelerate", XLNetConfig.accelerate, "The accelerations of xlnet_tf/accel that apply on this host (XLA "
+           "clusters, compiled attention kernels, query chunking); false: the plain TensorFlow ops of the math only.")
+    d.enum("pos_dropout", XLNetConfig.pos_dropout, ["per_example", "shared"],
            "Dropout mask on the relative positional encodings: per_example (the original) or shared by the batch "
            "(faster training steps, not the original's noise).")
     d.enum("jit", "auto", ["auto", "true", "update", "false"],

@@ -33,14 +33,15 @@ import os
 import run_common
 import run_flags
 import run_main
+from tasks.pretrain.run import PretrainSpec  # (no TensorFlow: its defaults are the flags')
 
 
 def define_flags(fv) -> None:
     d = run_flags.Definer(fv, "Pretraining")
     # --- data
-    d.enum("objective", "plm", ["plm", "mlm"], "plm: the permutation LM (two streams, span targets); mlm: "
-           "BERT-style masked LM on the content stream (15% of the pieces: 80% <mask>, 10% random, 10% "
-           "kept), same backbone, memory and records.")
+    d.enum("objective", PretrainSpec.objective, ["plm", "mlm"], "plm: the permutation LM (two streams, span targets);"
+           " mlm: BERT-style masked LM on the content stream (15% of the pieces: 80% <mask>, 10% random, 10% kept), "
+           "same backbone, memory and records.")
     d.string("train_input", None, "Training corpus: text files, comma-separated and/or globs.")
     d.string("record_dir", None, "Pretraining TFRecords: written here from --train_input, or read from "
              "here when --train_input is absent (default MODEL_DIR/data).")
@@ -49,29 +50,31 @@ def define_flags(fv) -> None:
            "--spiece_model_file if given, else MODEL_DIR/spiece.model; reused while unchanged).")
     d.integer("vocab_size", 32000, "Vocabulary of the SentencePiece model trained with --train_spm.")
     d.integer("seq_len", None, "Sequence length (default: --max_seq_length).")
-    d.integer("reuse_len", 256, "Tokens at the start of each sequence whose hidden states become memory.")
-    d.integer("mem_len", 384, "Memory length (0: no recurrence).")
+    d.integer("reuse_len", PretrainSpec.reuse_len, "Tokens at the start of each sequence whose hidden states become "
+              "memory.")
+    d.integer("mem_len", PretrainSpec.mem_len, "Memory length (0: no recurrence).")
     d.integer("perm_size", None, "Factorisation-order block length (default: the whole part).")
     d.integer("num_predict", None, "Targets per sequence (default: seq_len * mask_beta / mask_alpha; "
               "mlm: 15% of seq_len).")
-    d.float("mask_alpha", 6, "Context length (in words) per span-length unit.")
-    d.float("mask_beta", 1, "Span length units per context.")
-    d.integer("max_span", 5, "Longest span, in words.")
-    d.bool("bi_data", True, "Half of each replica's batch reads the streams backwards.")
-    d.bool("use_eod", True, "Append <eod> to every document.")
-    d.bool("use_eop", False, "Mark paragraph (line) ends inside a document with <eop>.")
-    d.integer("data_seed", 0, "Seed of the A/B splits (record writing) and of the target/permutation "
-              "sampler.")
-    d.integer("heldout_batch_size", 8, "Held-out streams (rows of a held-out batch).")
-    d.integer("heldout_steps", 50, "Held-out batches scored per evaluation (<= 0: one pass).")
-    d.integer("heldout_every", 0, "Evaluate the held-out loss every N steps (0: at the start and end).")
-    d.integer("heldout_seed", 1234, "Seed of the held-out sampler (fixed: the same targets every time).")
+    d.float("mask_alpha", PretrainSpec.mask_alpha, "Context length (in words) per span-length unit.")
+    d.float("mask_beta", PretrainSpec.mask_beta, "Span length units per context.")
+    d.integer("max_span", PretrainSpec.max_span, "Longest span, in words.")
+    d.bool("bi_data", PretrainSpec.bi_data, "Half of each replica's batch reads the streams backwards.")
+    d.bool("use_eod", PretrainSpec.use_eod, "Append <eod> to every document.")
+    d.bool("use_eop", PretrainSpec.use_eop, "Mark paragraph (line) ends inside a document with <eop>.")
+    d.integer("data_seed", PretrainSpec.data_seed, "Seed of the A/B splits (record writing) and of the "
+              "target/permutation sampler.")
+    d.integer("heldout_batch_size", PretrainSpec.heldout_batch_size, "Held-out streams (rows of a held-out batch).")
+    d.integer("heldout_steps", PretrainSpec.heldout_steps, "Held-out batches scored per evaluation (<= 0: one pass).")
+    d.integer("heldout_every", PretrainSpec.heldout_every, "Evaluate the held-out loss every N steps (0: at the start"
+              " and end).")
+    d.integer("heldout_seed", PretrainSpec.heldout_seed, "Seed of the held-out sampler (fixed: the same targets every"
+              " time).")
     run_flags.define_common_flags(fv, default_seq_len=512, default_lr=1e-4)
     run_flags.define_health_flag(fv, "pretrain_results.json")
     # with --train_spm, --spiece_model_file is where the trained model goes: an input path only without it
     run_flags.mark_input_path(fv, "spiece_model_file", lambda v: not v.train_spm)
     fv.set_default("train_steps", 100000)
-    fv.set_default("iterations", 100)
 
 
 log = logging.getLogger("run_pretrain")

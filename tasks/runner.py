@@ -19,6 +19,7 @@ from typing import Any, Dict, Optional, Sequence
 
 from data import lengths
 from tasks import health, report
+from xlnet_tf.train_config import TrainConfig
 
 log = logging.getLogger("runner")
 
@@ -62,8 +63,8 @@ class TaskOptions:
     eval_batch_size: int = 32
     predict_batch_size: Optional[int] = None
     head_options: Dict = dataclasses.field(default_factory=dict)
-    seed: int = 42
-    progress: bool = True
+    seed: int = TrainConfig.seed
+    progress: bool = TrainConfig.progress
     overwrite_data: bool = False
     max_segments: Optional[int] = None
     bucket: bool = True
@@ -179,7 +180,7 @@ def health_context(train_config, init_checkpoint: Optional[str]) -> Dict:
 
 
 def run(task: TaskSpec, plan: Plan, config, train_config, strategy=None, init_checkpoint: Optional[str] = None,
-        seed: int = 42) -> None:
+        seed: int = TrainConfig.seed) -> None:
     from xlnet_tf import finetune
 
     plan.check()

@@ -565,7 +565,7 @@ def test_generation_warns_of_unknown_prompts_and_shows_memory_and_progress(tiny_
     r = succeeds(generate, f"--init_checkpoint={tiny_generator_dir}",
                  f"--spiece_model_file={shared_path('spiece', 'spiece.model')}", "--prompt=The cat",
                  "--max_new_tokens=200", "--mem_len=50", "--noprogress")
-    assert "keeps the keys and values of 48 positions (the last ones: --mem_len=50)" in r.stderr
+    assert "keeps the keys and values of 50 positions (the last ones: --mem_len=50)" in r.stderr
     assert "generating:" not in r.stderr
 
 

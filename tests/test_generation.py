@@ -95,7 +95,7 @@ def test_greedy_equals_hf_on_20_real_prompts(hf, gen, prompts):
 
 
 def test_memory_length_and_eos_as_hf(hf, gen, prompts):
-    """HF's ``config.mem_len = m`` keeps the last m - 2 positions (``mem_len=m`` here); an eos ends a row, pads
+    """HF's ``config.mem_len = m + 2`` keeps the last m positions (``mem_len=m`` here); an eos ends a row, pads
     follow."""
     _, ids = prompts
     long = [p for p in ids if len(p) > 30][:3]
@@ -104,7 +104,7 @@ def test_memory_length_and_eos_as_hf(hf, gen, prompts):
         ref = [hf_greedy(hf, p, n_new=12) for p in long]
     finally:
         hf.transformer.mem_len = None
-    got = gen.generate(long, GenerationOptions(max_new_tokens=12, mem_len=6, eos_id=None))
+    got = gen.generate(long, GenerationOptions(max_new_tokens=12, mem_len=4, eos_id=None))
     assert got == ref
     full = gen.generate(long, GenerationOptions(max_new_tokens=12, eos_id=None))
     assert full != got  # the shorter memory changes the continuations: it is used
@@ -145,7 +145,7 @@ def test_sampling_is_reproducible(gen, prompts):
 
 def test_options_are_checked():
     for bad in (dict(max_new_tokens=0), dict(temperature=0.0), dict(top_p=0.0), dict(top_p=1.5), dict(top_k=-1),
-                dict(mem_len=2)):
+                dict(mem_len=0)):
         with pytest.raises(ValueError, match=next(iter(bad))):
             GenerationOptions(**bad)
 

@@ -45,7 +45,7 @@ class FineTuner:
 
     def __init__(self, config: XLNetConfig, head_fn: Callable, feature_spec: Dict,
                  strategy: Optional[tf.distribute.Strategy] = None, init_checkpoint: Optional[str] = None,
-                 seed: int = 42):
+                 seed: int = TrainConfig.seed):
         self.config, self.head_fn, self.feature_spec = config, head_fn, feature_spec
         self.strategy = strategy or tf.distribute.get_strategy()
         self.init_checkpoint, self.seed = init_checkpoint, seed

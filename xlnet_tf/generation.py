@@ -13,8 +13,9 @@ greedy ids are the same on the same weights (``tests/test_generation.py``):
   window's first position then joins the memory. A step is a forward pass over 3 positions, not the prefix:
   each layer keeps its memory as keys and values (``attention.KeyValueMemory``; HF keeps hidden states and
   projects the whole memory again in every step), so a step projects only its new positions.
-* ``mem_len=m`` keeps the memory HF keeps with ``config.mem_len = m`` (its last m - 2 positions); ``None``
-  keeps everything (HF's ``mem_len=None``, its released configs).
+* ``mem_len=m`` keeps the last m positions of memory, as ``XLNetConfig.mem_len`` means everywhere here; HF
+  keeps the same with ``config.mem_len = m + 2`` (its last ``mem_len - 2``). ``None`` keeps everything (HF's
+  ``mem_len=None``, its released configs).
 
 The memory is a fixed-size buffer per layer, right-aligned (the newest position last, so relative distances are
 those of the unpadded sequence) with a ``mem_padding_mask`` hiding its empty slots and the prompts' left padding:
@@ -43,42 +44,15 @@ import numpy as np
 import tensorflow as tf
 
 from xlnet_tf.attention import KeyValueMemory
+from xlnet_tf.generation_options import BATCH_SIZE, MAX_PROMPT_LENGTH, GenerationOptions
+from xlnet_tf.lengths import SERVING_MULTIPLE
 
 log = logging.getLogger("generation")
 
 DUMMY_ID = 0  # HF's placeholder id; nothing reads its content (perm_mask hides it), so its value does not matter
 
 
-@dataclasses.dataclass(frozen=True)
-class GenerationOptions:
-    """``max_new_tokens``; ``do_sample`` (False: greedy); sampling: ``temperature`` > 0, ``top_k`` (0 = off),
-    ``top_p`` in (0, 1] (1 = off), ``seed``; ``eos_id`` (None: never stop early) and ``pad_id`` (after eos; the
-    defaults are the released spiece.model's </s> and <pad>);
-    ``mem_len``: None keeps all memory, m >= 3 keeps the last m - 2 positions (HF's ``config.mem_len``)."""
-    max_new_tokens: int = 20
-    do_sample: bool = False
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    seed: int = 0
-    eos_id: Optional[int] = 2
-    pad_id: int = 5
-    mem_len: Optional[int] = None
-
-    def __post_init__(self):
-        checks = [
-            ("max_new_tokens", self.max_new_tokens >= 1, ">= 1"),
-            ("temperature", self.temperature > 0, "> 0"),
-            ("top_k", self.top_k >= 0, ">= 0 (0 = off)"),
-            ("top_p", 0 < self.top_p <= 1, "in (0, 1] (1 = off)"),
-            ("mem_len", self.mem_len is None or self.mem_len >= 3, ">= 3 or None (keep all)"),
-        ]
-        for name, ok, expected in checks:
-            if not ok:
-                raise ValueError(f"{name}: expected {expected}, got {getattr(self, name)!r}")
-
-
-def left_pad(prompts: Sequence[Sequence[int]], pad_id: int, multiple: int = 8):
+def left_pad(prompts: Sequence[Sequence[int]], pad_id: int, multiple: int = SERVING_MULTIPLE):
     """Id lists -> (input_ids, padding_mask) int32 [b, L], left-padded to a multiple of ``multiple`` (a bounded set
     of shapes). Empty prompts are refused: a prediction needs at least one token before it."""
     for i, p in enumerate(prompts):
@@ -163,7 +137,7 @@ def generate_graph(model, input_ids, padding_mask, do_sample: bool, c: dict, rep
     n_new, pad_id = c["max_new_tokens"], c["pad_id"]
     # Memory slots: every position that ever joins it (the prompt but its last token, then one per later step).
     capacity = tf.maximum(plen - 1 + n_new - 1, 1)
-    capacity = tf.where(c["mem_len"] > 0, tf.minimum(capacity, c["mem_len"] - 2), capacity)
+    capacity = tf.where(c["mem_len"] > 0, tf.minimum(capacity, c["mem_len"]), capacity)
 
     def fit(x, fill):
         """[b, n, ...] -> its last ``capacity`` positions, ``fill`` on the left where it has fewer."""
@@ -312,7 +286,7 @@ class Generator:
             os.close(write)
 
     def generate(self, prompts: Sequence[Sequence[int]], options: Optional[GenerationOptions] = None,
-                 batch_size: int = 8):
+                 batch_size: int = BATCH_SIZE):
         """Id lists of any lengths -> one list of new ids per prompt (cut after eos), ``batch_size`` at a time."""
         options = options or GenerationOptions()
         results = []
@@ -343,7 +317,7 @@ class GenerationModule(tf.Module):
     """
 
     def __init__(self, model, spiece_model_file: str, options: GenerationOptions, lower: bool = False,
-                 max_prompt_length: int = 512):
+                 max_prompt_length: int = MAX_PROMPT_LENGTH):
         super().__init__(name="xlnet_generation")
         from xlnet_tf.tokenizer import XLNetTokenizer
 
@@ -392,7 +366,7 @@ class GenerationModule(tf.Module):
 
 
 def export_generator(model, spiece_model_file: str, export_dir: str, options: GenerationOptions,
-                     lower: bool = False, max_prompt_length: int = 512) -> str:
+                     lower: bool = False, max_prompt_length: int = MAX_PROMPT_LENGTH) -> str:
     """Writes the ``GenerationModule`` SavedModel atomically (``export.save_atomically``)."""
     from xlnet_tf.export import save_atomically
 

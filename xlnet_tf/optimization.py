@@ -31,6 +31,8 @@ from typing import Dict, List, Optional, Sequence
 import keras
 import tensorflow as tf
 
+from xlnet_tf.train_config import LAYER_DECAY_MODES
+
 # kernel: projection matrices; embedding: lookup tables (word, mask); bias: additive biases of dense layers
 # (and the attention summary's query); norm: LayerNorm scale and offset; attention_bias: r_w/r_r/r_s biases of
 # relative attention; segment_embedding: seg_embed.
@@ -38,7 +40,6 @@ ROLES = ("kernel", "embedding", "bias", "norm", "attention_bias", "segment_embed
 NO_DECAY_ROLES = frozenset({"bias", "norm"})
 # Roles of the weights the original keeps under model/transformer/layer_{l}/ (the layer-decay scope).
 LAYER_SCOPED_ROLES = frozenset({"kernel", "bias", "norm"})
-LAYER_DECAY_MODES = ("grad", "lr")
 
 
 def variable_roles(model) -> Dict[int, str]:

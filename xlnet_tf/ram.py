@@ -425,7 +425,7 @@ def generation_estimate(config: Union[XLNetConfig, str, dict], batch: int, promp
     """Estimated memory of generating (``xlnet_tf/generation.py``) for ``batch`` prompts of up to ``prompt_length``
     pieces: the prompt's forward pass (``estimate`` for inference), then a loop whose state holds each layer's keys
     and values of ``positions`` positions (every one that joins the memory: the prompt but its last token and
-    each new token, or the last ``mem_len - 2``), twice while a step builds the next state, one layer's keys,
+    each new token, or the last ``mem_len``), twice while a step builds the next state, one layer's keys,
     values, positional encodings and scores over them, and the new ids. Bytes; ``positions``; ``memory``: one
     copy of the keys and values."""
     c = _as_config(config)
@@ -434,7 +434,7 @@ def generation_estimate(config: Union[XLNetConfig, str, dict], batch: int, promp
     a = _bytes_per(precision)
     positions = max(prompt_length - 1 + max_new_tokens - 1, 1)
     if mem_len:
-        positions = min(positions, max(mem_len - 2, 1))
+        positions = min(positions, mem_len)
     per_position = c.n_head * c.d_head * a                   # one key or value of one position, one row
     memory = c.n_layer * 2 * batch * positions * per_position
     klen = positions + 3                                     # the memory and a step's window of 3

@@ -28,6 +28,9 @@ import shutil
 import time
 from typing import Dict, List, Optional, Sequence
 
+from tasks.runner import Plan
+from xlnet_tf.train_config import TrainConfig
+
 log = logging.getLogger("run_pretrain")
 
 
@@ -110,13 +113,13 @@ class PretrainPlan:
     record_dir: Optional[str] = None
     train_paths: Sequence[str] = ()
     heldout_paths: Sequence[str] = ()
-    train_batch_size: int = 32
-    grad_accum_steps: int = 1
-    train_steps: int = 1000
-    log_steps: int = 100
+    train_batch_size: int = Plan.train_batch_size
+    grad_accum_steps: int = TrainConfig.grad_accum_steps
+    train_steps: int = TrainConfig.train_steps
+    log_steps: int = TrainConfig.log_steps
     init_checkpoint: Optional[str] = None
-    seed: int = 42
-    progress: bool = True
+    seed: int = TrainConfig.seed
+    progress: bool = TrainConfig.progress
     fail_if_unhealthy: bool = False
 
     def __post_init__(self):
