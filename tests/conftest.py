@@ -169,10 +169,21 @@ def pytest_collection_modifyitems(items):
     """An outcome test (trains to an accuracy floor) is a slow test: one mechanism, no second marker to forget.
 
     The suite runs on two pytest-xdist workers (pytest.ini: ``-n 2 --dist loadgroup``) in units: the tests that
-    read one of ``SHARED_RUNS`` form one unit; every other test goes with its module (module-scoped fixtures
-    such as a module's own training run or background process are then built once)."""
+    read one of ``SHARED_RUNS`` form one unit; a test reading a module- or class-scoped fixture goes with its
+    module (such a fixture, a module's own training run or background process, is then built once); every other
+    test goes to whichever worker is free."""
     for item in items:
         if item.get_closest_marker("outcome") and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
         shared = [name for name in SHARED_RUNS if name in getattr(item, "fixturenames", ())]
-        item.add_marker(pytest.mark.xdist_group(shared[0] if shared else item.nodeid.split("::")[0]))
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(shared[0]))
+        elif _reads_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+def _reads_module_fixture(item) -> bool:
+    """Whether the test reads a fixture built once per module or class (it then runs beside its module's others)."""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.values() if info is not None else ()
+    return any(d[-1].scope in ("module", "class", "package") for d in defs)
