@@ -27,6 +27,9 @@ import run_common
 import run_flags
 import run_main
 from tasks import runner
+from tasks.classification import features as cls_data
+from xlnet_tf.fileutil import atomic_path, atomic_write
+
 
 def define_flags(fv) -> None:
     d = run_flags.Definer(fv, "Features")
@@ -88,15 +91,12 @@ class FeatureRun(runner.TaskSpec):
         return FeatureHead(self.options.config.n_layer, self.layers, self.pooling)
 
     def feature_spec(self):
-        from tasks.classification import features as cls_data
-
         return cls_data.feature_spec(self.options.max_seq_length)
 
     def predict(self, model, output_dir):
         import numpy as np
         import tensorflow as tf
 
-        from tasks.classification import features as cls_data
         from xlnet_tf.training import predict
 
         if self.memory:
@@ -155,8 +155,6 @@ def document_vectors(model, windows, batch_size):
 def write_vectors(path, pooled, tokens, input_ids, padding_mask, layers, line_index):
     import numpy as np
     import tensorflow as tf
-
-    from xlnet_tf.fileutil import atomic_path, atomic_write
 
     if path.endswith(".npz"):
         with atomic_write(path, "wb") as f:

@@ -23,7 +23,10 @@ import os
 import run_common
 import run_flags
 import run_main
+from xlnet_tf import XLNetConfig, ram
+from xlnet_tf.fileutil import atomic_write
 from xlnet_tf.generation_options import BATCH_SIZE, MAX_PROMPT_LENGTH, GenerationOptions
+from xlnet_tf.tokenizer import SPIECE_UNDERLINE
 
 PROGRESS_SECONDS = 10.0  # a long generation's progress line, at most this often
 log = logging.getLogger("generate")
@@ -74,7 +77,6 @@ def read_prompts(F):
 def check_memory(F, config, ids) -> None:
     """Says what the generation's memory will hold, and refuses (one line) a generation whose estimate
     (``xlnet_tf.ram.generation_estimate``) exceeds the machine's memory, before the model is loaded."""
-    from xlnet_tf import ram
     from xlnet_tf.generation import left_pad
 
     batch = min(F.batch_size, len(ids))
@@ -104,7 +106,6 @@ def job(F):
     if not F.init_checkpoint:
         raise ValueError("--init_checkpoint is required")
     tokenizer = run_common.tokenizer(F)
-    from xlnet_tf.tokenizer import SPIECE_UNDERLINE
 
     try:
         options = GenerationOptions(max_new_tokens=F.max_new_tokens, do_sample=F.do_sample,
@@ -131,7 +132,7 @@ def job(F):
                     "of their text (characters its vocabulary lacks, e.g. emoji)", len(unknown), len(ids),
                     unknown[0], prompts[unknown[0] - 1][:40])
 
-    from xlnet_tf import XLNetConfig, XLNetModel
+    from xlnet_tf import XLNetModel
     from xlnet_tf.generation import Generator, export_generator
 
     run = dict(dropout=0.0, dropatt=0.0, bi_data=False)
@@ -151,8 +152,6 @@ def job(F):
         for row in rows:
             print(f"{row['prompt']}\n  -> {row['generated_text']}")
         if F.output_file:
-            from xlnet_tf.fileutil import atomic_write
-
             with atomic_write(F.output_file) as f:
                 for row in rows:
                     f.write(json.dumps(row, ensure_ascii=False) + "\n")

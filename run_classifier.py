@@ -15,6 +15,9 @@ import logging
 import run_common
 import run_flags
 import run_main
+from tasks.classification.registry import get_task
+from tasks.classification.run import ClassifierRun
+from tasks.runner import check_long_doc
 
 log = logging.getLogger("run_classifier")
 
@@ -38,8 +41,6 @@ def define_flags(fv) -> None:
 
 
 def build_task(F):
-    from tasks.classification.registry import get_task
-
     name = F.task or F.task_name
     if not name:
         raise ValueError("--task is required")
@@ -62,7 +63,6 @@ def job(F):
         raise ValueError("--data_dir is required")
     if hasattr(task, "discover_labels"):
         task.discover_labels(F.data_dir)
-    from tasks.runner import check_long_doc
 
     check_long_doc(task.name, config, F.max_segments if memory else None, pair=task.is_pair)  # before start_run
     L = F.max_seq_length
@@ -71,7 +71,6 @@ def job(F):
                          data=dict({"max_seq_length": L}, **long_doc_data),
                          work_dirs=[paths["model_dir"], paths["cache_dir"]])
     head_options = dict(summary_type=F.summary_type, hidden_sizes=run_common.head_hidden_sizes(F), dropout=F.dropout)
-    from tasks.classification.run import ClassifierRun
 
     spec = ClassifierRun(task, F.data_dir,
                          run_common.task_options(F, tokenizer, config, paths["cache_dir"], head_options, memory))

@@ -11,6 +11,10 @@ import logging
 import os
 from typing import Dict, Optional, Sequence
 
+import run_state
+from tasks import runner
+from xlnet_tf import XLNetConfig, XLNetTokenizer, checkpoint, ram
+from xlnet_tf.config import describe_activation
 from xlnet_tf.hardware import POLICY_OF_DTYPE as EXPORT_PRECISIONS  # --export_precision -> the export's policy
 
 
@@ -41,9 +45,6 @@ def output_paths(F) -> Dict[str, str]:
 
 def model_config(F, **overrides):
     """XLNetConfig from --model_config_path (or the checkpoint's), with the run options of the flags."""
-    from xlnet_tf import XLNetConfig
-    from xlnet_tf.config import describe_activation
-
     run = dict(dropout=F.dropout, dropatt=F.dropatt, clamp_len=F.clamp_len, recompute=F.recompute,
                pos_dropout=F.pos_dropout, accelerate=F.accelerate)
     run.update(overrides)
@@ -60,8 +61,6 @@ def model_config(F, **overrides):
 def checkpoint_config(path: str, overrides: dict):
     """The config next to the checkpoint at ``path`` (``--init_checkpoint``), with ``overrides``; the error
     without one names the flag that gives it."""
-    from xlnet_tf import checkpoint
-
     return checkpoint.resolve_config(path, checkpoint.detect_format(path), None, overrides,
                                      fix="pass --model_config_path (the model's xlnet_config.json or a preset name)")
 
@@ -133,8 +132,6 @@ def check_memory(F, config, training: bool, head: str = "classification", rows: 
     training at --train_batch_size, else inference at the evaluation batch; ``rows``: sequences per example (RACE:
     its 4 options); ``length_flag``: the flag holding the sequence length. Whole-step XLA's estimate (the smaller
     one) is used, so only a run that cannot fit is refused."""
-    from xlnet_tf import ram
-
     if not F.check_memory:
         return
     length = getattr(F, length_flag)
@@ -162,8 +159,6 @@ def start_run(F, run_dir: str, script: str, task: str, config, tokenizer, traini
     only here, so a refused start leaves no empty folders). Held until the process exits. ``train_sources=None``:
     the training data is not given to this run (reused records) and not compared. ``memory``: the task's arguments
     of ``check_memory`` (head, rows per example, the length flag)."""
-    import run_state
-
     vocab = int(tokenizer.vocab_size)
     if vocab > config.n_token:
         raise ValueError(f"--spiece_model_file {tokenizer.spiece_model_file}: vocabulary of {vocab} pieces, but "
@@ -186,8 +181,6 @@ def model_dir(F) -> str:
 def plan(F, do_eval: Optional[bool] = None, do_predict: Optional[bool] = None, results_dir: Optional[str] = None):
     """The runner's ``Plan`` from the flags (``do_eval`` / ``do_predict`` override theirs), checked (something to
     do) before any work."""
-    from tasks import runner
-
     plan_ = runner.Plan(output_dir=F.output_dir, model_dir=model_dir(F), do_train=F.do_train,
                         do_eval=F.do_eval if do_eval is None else do_eval,
                         do_predict=F.do_predict if do_predict is None else do_predict,
@@ -203,8 +196,6 @@ def plan(F, do_eval: Optional[bool] = None, do_predict: Optional[bool] = None, r
 def task_options(F, tokenizer, config, cache_dir: str, head_options: Dict, memory: bool = False):
     """The runner's ``TaskOptions`` from the flags (``memory``: --long_doc_mode=memory, checked by
     ``long_doc_options``)."""
-    from tasks import runner
-
     return runner.TaskOptions(
         tokenizer=tokenizer, config=config, max_seq_length=F.max_seq_length, cache_dir=cache_dir,
         eval_batch_size=F.eval_batch_size, predict_batch_size=F.predict_batch_size, head_options=head_options,
@@ -215,8 +206,6 @@ def task_options(F, tokenizer, config, cache_dir: str, head_options: Dict, memor
 
 def run_task(F, task, plan_, config, strategy_) -> None:
     """Runs ``task`` (a ``runner.TaskSpec``) by the flags' ``plan_`` with the one runner."""
-    from tasks import runner
-
     runner.run(task, plan_, config, train_config(F, plan_.model_dir), strategy_, F.init_checkpoint, F.seed)
 
 
@@ -227,8 +216,6 @@ def strategy(F):
 
 
 def tokenizer(F):
-    from xlnet_tf import XLNetTokenizer
-
     if not F.spiece_model_file:
         raise ValueError("--spiece_model_file is required")
     return XLNetTokenizer(F.spiece_model_file, lower=F.uncased)

@@ -33,12 +33,15 @@ import gc
 import logging
 import os
 import sys
+import tempfile
 import textwrap
 from typing import Any, Callable, Optional, Sequence
 
 from absl import flags
 
 import run_flags
+import run_state
+from tasks.health import NotLearning
 
 _QUIET_TF = "TF_CPP_MIN_LOG_LEVEL" not in os.environ  # the user did not ask for TensorFlow's C++ lines
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
@@ -83,8 +86,6 @@ def main(argv: Optional[Sequence[str]], define: Callable[[flags.FlagValues], Non
         return _refuse(str(e))
     setup_logging()
     import_tensorflow()
-    import run_state
-    from tasks.health import NotLearning
 
     try:
         return Exit(0, value=job(fv))
@@ -119,7 +120,6 @@ def import_tensorflow() -> None:
     if not _QUIET_TF:
         import tensorflow  # noqa: F401
         return
-    import tempfile
 
     sys.stderr.flush()
     saved = os.dup(2)

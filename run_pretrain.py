@@ -34,6 +34,8 @@ import run_common
 import run_flags
 import run_main
 from tasks.pretrain.run import PretrainSpec  # (no TensorFlow: its defaults are the flags')
+from tasks.pretrain.run import PretrainPlan, expand_inputs, run, spiece_model
+from xlnet_tf import XLNetTokenizer
 
 
 def define_flags(fv) -> None:
@@ -93,8 +95,6 @@ def build_config(F, tokenizer):
 
 def job(F):
     strategy = run_common.strategy(F)  # first: logical CPU devices must exist before TF initialises
-    from tasks.pretrain.run import PretrainPlan, PretrainSpec, expand_inputs, run, spiece_model
-    from xlnet_tf import XLNetTokenizer
 
     spec = PretrainSpec(
         seq_len=F.seq_len or F.max_seq_length, objective=F.objective, reuse_len=F.reuse_len, mem_len=F.mem_len,

@@ -37,7 +37,9 @@ import logging
 import run_common
 import run_flags
 import run_main
+from tasks.squad import reader as squad_task
 from tasks.squad.run import SquadOptions  # (no TensorFlow: its defaults are the flags')
+from tasks.squad.run import SquadRun
 
 
 def define_flags(fv) -> None:
@@ -69,8 +71,6 @@ log = logging.getLogger("run_squad")
 
 def read_file(path, name, require_answers=True):
     """(examples, version) of a SQuAD json; pure Python (bad files fail before TensorFlow is imported)."""
-    from tasks.squad import reader as squad_task
-
     if not path:
         raise ValueError(f"--{name} is required")
     examples, version = squad_task.read_squad_with_version(path, require_answers=require_answers)
@@ -117,7 +117,6 @@ def job(F):
                          max_answer_length=F.max_answer_length,
                          allow_last_paragraph_token=F.allow_last_paragraph_token,
                          null_score_diff_threshold=F.null_score_diff_threshold)
-    from tasks.squad.run import SquadRun
 
     spec = SquadRun(train=(train_examples, F.train_file) if F.do_train else None,
                     predict=(predict_examples, F.predict_file) if predict else None, v2=v2, squad=squad,

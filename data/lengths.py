@@ -14,7 +14,11 @@ the rule and its default by device and model size: ``xlnet_tf/lengths.py``).
 
 from __future__ import annotations
 
+import logging
 from typing import Dict
+
+from xlnet_tf.lengths import default_multiple as rule
+from xlnet_tf.lengths import padded_length
 
 SEQUENCE_KEYS = ("input_ids", "segment_ids", "padding_mask", "p_mask")  # the [.., L] features
 
@@ -22,8 +26,6 @@ SEQUENCE_KEYS = ("input_ids", "segment_ids", "padding_mask", "p_mask")  # the [.
 def report_truncation(what: str, truncated: int, total: int, max_seq_length: int) -> None:
     """Logs how many of ``what``'s examples lost pieces to ``--max_seq_length`` (when features are written): a
     warning when most did (a length that almost certainly was not meant), else a note."""
-    import logging
-
     if not truncated:
         return
     log = logging.getLogger("features")
@@ -45,8 +47,6 @@ def default_multiple(config) -> int:
     by device and model size)."""
     import tensorflow as tf
 
-    from xlnet_tf.lengths import default_multiple as rule
-
     return rule(config, bool(tf.config.list_physical_devices("GPU") or tf.config.list_physical_devices("TPU")))
 
 
@@ -56,8 +56,6 @@ def trim_batch(batch: Dict, left: bool, multiple: int) -> Dict:
     the left, so they stay valid)."""
     import tensorflow as tf
 
-    from xlnet_tf.lengths import padded_length
-
     keep = padded_length(tf.reduce_max(real_lengths(batch)), batch["input_ids"].shape[-1], multiple)
     return {k: (v[..., -keep:] if left else v[..., :keep]) if k in SEQUENCE_KEYS else v for k, v in batch.items()}
 
@@ -66,8 +64,6 @@ def length_buckets(examples, batch_size: int, max_len: int, multiple: int, drop_
                    left: bool = True):
     """Unbatched training examples (shuffled, repeated) -> batches of one padded length each, trimmed."""
     import tensorflow as tf
-
-    from xlnet_tf.lengths import padded_length
 
     def key(ex):
         n = tf.reduce_max(tf.reduce_sum(tf.cast(ex["padding_mask"], tf.int32), axis=-1))

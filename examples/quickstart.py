@@ -51,6 +51,9 @@ import sysconfig
 import time
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
+from xlnet_tf import XLNetTokenizer
+from xlnet_tf.spm_train import train_spm
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
@@ -271,8 +274,6 @@ def file_sha1(path: str) -> str:
 
 def tokenizer_step(corpus_path: str, tok_dir: str, vocab_size: int) -> Tuple[str, bool]:
     """Trains ``tok_dir/spiece.model`` unless it was trained on the same corpus with the same vocab size."""
-    from xlnet_tf.spm_train import train_spm
-
     model = os.path.join(tok_dir, "spiece.model")
     key_path = os.path.join(tok_dir, "trained_on.json")
     key = {"corpus_sha1": file_sha1(corpus_path), "vocab_size": vocab_size}
@@ -452,7 +453,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     t = time.time()
     spiece, reused = tokenizer_step(os.path.join(data_dir, "corpus.txt"), tok_dir, mode["vocab_size"])
     timings["tokenizer"] = time.time() - t
-    from xlnet_tf import XLNetTokenizer
 
     tok = XLNetTokenizer(spiece)
     example = DEMO_SENTENCES[0]

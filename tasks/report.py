@@ -22,6 +22,8 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from xlnet_tf.fileutil import atomic_path
+
 log = logging.getLogger("report")
 
 CURVE_FILE = "training_curve.png"
@@ -101,8 +103,6 @@ def _plot(path, history, rates, evaluations, metric, title, eval_name) -> None:
     # matplotlib's Figure without pyplot renders a PNG with Agg whatever the process's backend: no GUI, no global
     # figure state, and a caller's own plotting backend is left alone
     from matplotlib.figure import Figure
-
-    from xlnet_tf.fileutil import atomic_path
 
     steps = np.asarray([h[0] for h in history], np.float64)
     loss = np.asarray([h[1] for h in history], np.float64)

@@ -12,6 +12,7 @@ written (``health.NotLearning``: no predictions, no export).
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import time
@@ -19,6 +20,7 @@ from typing import Any, Dict, Optional, Sequence
 
 from data import lengths
 from tasks import health, report
+from xlnet_tf.fileutil import write_json
 from xlnet_tf.train_config import TrainConfig
 
 log = logging.getLogger("runner")
@@ -135,8 +137,6 @@ class TaskSpec:
 
     def finish_evaluation(self, results: Dict, results_dir: str) -> None:
         """After the (best) checkpoint was scored: writes ``eval_results.json``."""
-        from xlnet_tf.fileutil import write_json
-
         write_json(os.path.join(results_dir, "eval_results.json"), results)
         log.info("eval: %s", {k: v for k, v in results.items() if not isinstance(v, (dict, list))})
         for line in report.class_table(results):
@@ -153,8 +153,6 @@ class TaskSpec:
 def train_history(model_dir: Optional[str], history=None):
     """The whole run's [(step, loss)]: ``model_dir/train_history.json`` (written by every training process of
     the run, so a resumed run has all its steps), else ``history``."""
-    import json
-
     path = os.path.join(model_dir, "train_history.json") if model_dir else None
     if path and os.path.isfile(path):
         try:

@@ -24,6 +24,8 @@ import json
 import os
 from typing import Any, Dict, Optional
 
+from xlnet_tf.fileutil import write_json
+
 # Keys of the original xlnet_config.json (checkpoint-bound shape).
 SHAPE_KEYS = ("n_layer", "d_model", "n_head", "d_head", "d_inner", "ff_activation", "untie_r", "n_token")
 # Options that may differ from run to run over the same weights.
@@ -234,6 +236,4 @@ class XLNetConfig:
         return cls.preset(spec, **overrides)
 
     def to_json_file(self, path: str, original: bool = False) -> None:
-        from xlnet_tf.fileutil import write_json
-
         write_json(path, self.to_original_dict() if original else self.to_dict(), indent=2, sort_keys=True)

@@ -17,13 +17,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from xlnet_tf import checkpoint
 from xlnet_tf.config import XLNetConfig
 
 FORMATS = {"xlnet_tf": "own", "huggingface": "huggingface"}
 
 
 def convert(input_path: str, output_dir: str, config_path: str | None = None, to: str = "xlnet_tf") -> str:
-    from xlnet_tf import checkpoint
     from xlnet_tf.modeling import XLNetModel
 
     if to not in FORMATS:

@@ -14,6 +14,7 @@ import os
 from typing import Callable, Dict
 
 import tensorflow as tf
+from tensorflow.core.protobuf import saved_model_pb2
 
 from xlnet_tf import accel, hardware
 from xlnet_tf.fileutil import atomic_directory, write_json
@@ -84,8 +85,6 @@ def serving_info(module: tf.Module) -> Dict:
 
 def _check_float32_signatures(saved_model_dir: str) -> None:
     """Reads the written signatures (no retrace: a trace outside the save context would be a second one)."""
-    from tensorflow.core.protobuf import saved_model_pb2
-
     proto = saved_model_pb2.SavedModel()
     with open(os.path.join(saved_model_dir, "saved_model.pb"), "rb") as f:
         proto.ParseFromString(f.read())

@@ -14,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from xlnet_tf import hardware
+from xlnet_tf.checkpoint import damage_error
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.task_model import TaskModel
 from xlnet_tf.training import TrainConfig, Trainer, predict
@@ -79,7 +80,6 @@ class FineTuner:
         try:
             tf.train.Checkpoint(model=model).restore(path).expect_partial()
         except (IndexError, tf.errors.OpError) as e:  # a truncated or corrupted checkpoint: one line naming it
-            from xlnet_tf.checkpoint import damage_error
 
             raise damage_error(path, e) from None
         self.step = checkpoint_step(path)

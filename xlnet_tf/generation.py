@@ -44,8 +44,10 @@ import numpy as np
 import tensorflow as tf
 
 from xlnet_tf.attention import KeyValueMemory
+from xlnet_tf.export import batch_length, keep_last, pad_rows, save_atomically
 from xlnet_tf.generation_options import BATCH_SIZE, MAX_PROMPT_LENGTH, GenerationOptions
 from xlnet_tf.lengths import SERVING_MULTIPLE
+from xlnet_tf.tokenizer import XLNetTokenizer
 
 log = logging.getLogger("generation")
 
@@ -319,7 +321,6 @@ class GenerationModule(tf.Module):
     def __init__(self, model, spiece_model_file: str, options: GenerationOptions, lower: bool = False,
                  max_prompt_length: int = MAX_PROMPT_LENGTH):
         super().__init__(name="xlnet_generation")
-        from xlnet_tf.tokenizer import XLNetTokenizer
 
         python_tokenizer = XLNetTokenizer(spiece_model_file, lower=lower)
         self.model = model
@@ -336,8 +337,6 @@ class GenerationModule(tf.Module):
                                "fixed_at_export": True}}
 
     def _run(self, text, do_sample: bool, c: dict):
-        from xlnet_tf.export import batch_length, keep_last, pad_rows
-
         rows = keep_last(self.tokenizer.tokenize(text), self.max_prompt_length)
         empty = tf.cast(tf.equal(rows.row_lengths(), 0), tf.int64)  # such rows get one <eod>
         eod = tf.RaggedTensor.from_row_lengths(tf.fill([tf.reduce_sum(empty)], self.eod_id), empty)
@@ -368,10 +367,6 @@ class GenerationModule(tf.Module):
 def export_generator(model, spiece_model_file: str, export_dir: str, options: GenerationOptions,
                      lower: bool = False, max_prompt_length: int = MAX_PROMPT_LENGTH) -> str:
     """Writes the ``GenerationModule`` SavedModel atomically (``export.save_atomically``)."""
-    from xlnet_tf.export import save_atomically
-
-    import logging
-
     Generator(model)  # the same checks as in-process generation
     module = GenerationModule(model, spiece_model_file, options, lower=lower, max_prompt_length=max_prompt_length)
     save_atomically(module, export_dir, module.signatures())

@@ -7,7 +7,7 @@ from typing import Dict, List, Optional, Sequence
 import keras
 import tensorflow as tf
 
-from xlnet_tf import paths
+from xlnet_tf import checkpoint, paths
 from xlnet_tf.attention import KeyValueMemory, LayerInputs
 from xlnet_tf.block import XLNetBlock
 from xlnet_tf.config import XLNetConfig
@@ -216,13 +216,9 @@ class XLNetModel(keras.Model):
     @classmethod
     def from_pretrained(cls, path: str, config: Optional[XLNetConfig] = None, **overrides) -> "XLNetModel":
         """Loads an original TF1 checkpoint, a HuggingFace directory or our own format (see checkpoint.py)."""
-        from xlnet_tf import checkpoint
-
         return checkpoint.load_pretrained(cls, path, config=config, **overrides)
 
     def save_pretrained(self, directory: str, format: str = "own") -> None:
         """Our format (``"own"``), or ``"huggingface"``: config.json + model.safetensors for transformers'
         ``XLNetLMHeadModel`` / ``XLNetModel`` (see checkpoint.py)."""
-        from xlnet_tf import checkpoint
-
         checkpoint.save_pretrained(self, directory, format=format)

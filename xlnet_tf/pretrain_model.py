@@ -51,6 +51,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from xlnet_tf import checkpoint
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.modeling import WrapsBackbone, XLNetModel
 
@@ -157,8 +158,6 @@ class PretrainModel(WrapsBackbone, keras.Model):
     def save_backbone(self, directory: str) -> None:
         """``XLNetModel.save_pretrained`` format; the saved config has fine-tuning run options (no memory,
         no reuse, no bi_data), so ``--init_checkpoint`` runs do not inherit the pretraining layout."""
-        from xlnet_tf import checkpoint
-
         clean = self.config.replace(mem_len=0, reuse_len=0, bi_data=False, recompute=False)
         checkpoint.save_pretrained(_ConfigView(self.backbone, clean), directory)
 

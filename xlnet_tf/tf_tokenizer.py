@@ -29,6 +29,7 @@ import sys
 import unicodedata
 import warnings
 
+import sentencepiece as spm
 import tensorflow as tf
 import tensorflow_text
 from tensorflow_text.python.ops.sentencepiece_tokenizer import gen_sentencepiece_tokenizer as _spm_ops
@@ -146,7 +147,6 @@ class TFXLNetTokenizer(tf.Module):
     def __init__(self, spiece_model_file: str, lower: bool = False, remove_space: bool = True,
                  keep_accents: bool = False, name: str = "xlnet_tokenizer"):
         super().__init__(name=name)
-        import sentencepiece as spm
 
         _warn_if_ties_differ(spm.__version__)
         with tf.io.gfile.GFile(spiece_model_file, "rb") as f:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import errno
 import functools
 import glob
+import json
 import logging
 import math
 import os
@@ -44,6 +45,8 @@ import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
 from xlnet_tf import hardware, optimization
+from xlnet_tf.checkpoint import CheckpointError, check_readable
+from xlnet_tf.fileutil import write_json
 from xlnet_tf.train_config import TrainConfig  # noqa: F401  (the loop's options: training.TrainConfig)
 
 log = logging.getLogger(__name__)
@@ -94,8 +97,6 @@ def write_history(path: str, history) -> None:
     """Writes [[step, loss], ...]; entries of an earlier (interrupted) process before this one's first step are
     kept, so a resumed run's file holds all its steps. Nothing to write (a rerun with every step done) keeps
     the file."""
-    import json
-
     if not history:
         return
     old = []
@@ -105,7 +106,6 @@ def write_history(path: str, history) -> None:
                 old = [h for h in json.load(f) if h[0] < history[0][0]]
         except (OSError, ValueError):
             old = []
-    from xlnet_tf.fileutil import write_json
 
     write_json(path, old + [[int(s), float(l)] for s, l in history], newline=False)
 
@@ -196,8 +196,6 @@ def resume_point(model_dir: str) -> Optional[str]:
     """The newest checkpoint of ``model_dir`` that reads whole (``checkpoint.check_readable``), None when there is
     none; damaged newer ones are passed over with a WARNING naming each (a rerun then redoes their steps and
     writes them again). Refuses (``CheckpointError``) when every checkpoint is damaged."""
-    from xlnet_tf.checkpoint import CheckpointError, check_readable
-
     state = tf.train.get_checkpoint_state(model_dir)
     if state is None or not state.model_checkpoint_path:
         return None
@@ -305,8 +303,6 @@ class Trainer:
             try:
                 self.checkpoint.restore(latest).assert_existing_objects_matched()
             except (ValueError, AssertionError, tf.errors.InvalidArgumentError) as e:
-                from xlnet_tf.checkpoint import CheckpointError
-
                 detail = str(e).strip().splitlines()[0][:300]
                 raise CheckpointError(f"{latest}: this checkpoint does not fit the model being trained ({detail}); "
                                       f"use a new output directory or remove it") from None

@@ -28,7 +28,13 @@ import shutil
 import time
 from typing import Dict, List, Optional, Sequence
 
+from data import pretrain_records as records
+from data import pretrain_sampling as sampling
+from data.pretrain_sampling import mlm_num_predict
+from tasks import health, report
 from tasks.runner import Plan
+from xlnet_tf import checkpoint, spm_train
+from xlnet_tf.fileutil import stat_identity, write_json
 from xlnet_tf.train_config import TrainConfig
 
 log = logging.getLogger("run_pretrain")
@@ -95,8 +101,6 @@ class PretrainSpec:
         return out
 
     def predictions_per_sequence(self) -> int:
-        from data.pretrain_sampling import mlm_num_predict
-
         if self.num_predict:
             return self.num_predict
         if self.objective == "mlm":
@@ -143,8 +147,6 @@ class PretrainPlan:
 def spiece_model(model_dir: str, train_paths: Sequence[str], spiece_model_file: Optional[str], train_spm: bool,
                  vocab_size: int, uncased: bool) -> str:
     """The SentencePiece model path: given, or trained (and cached while its inputs are unchanged)."""
-    from xlnet_tf.fileutil import stat_identity, write_json
-
     if not train_spm:
         if not spiece_model_file:
             raise ValueError("pass --spiece_model_file, or --train_spm (with --train_input) to train one")
@@ -153,7 +155,6 @@ def spiece_model(model_dir: str, train_paths: Sequence[str], spiece_model_file: 
         return spiece_model_file
     if not train_paths:
         raise ValueError("--train_spm needs --train_input")
-    from xlnet_tf import spm_train
 
     path = spiece_model_file or os.path.join(model_dir, "spiece.model")
     if not path.endswith(".model"):
@@ -211,8 +212,6 @@ class BatchLayout:
 
 def training_records(spec: PretrainSpec, plan: PretrainPlan, tokenizer, layout: BatchLayout):
     """(files, index) of the training records: written from ``plan.train_paths`` (cached) or reused."""
-    from data import pretrain_records as records
-
     prefix = os.path.join(plan.record_dir, "train")
     if plan.train_paths:
         files = records.create_pretrain_tfrecords(plan.train_paths, prefix, tokenizer, spec.seq_len, spec.reuse_len,
@@ -237,7 +236,6 @@ def heldout_records(spec: PretrainSpec, plan: PretrainPlan, tokenizer, n_token: 
     """(files, unigram log-probs of the training corpus or None); (None, None) without held-out text."""
     if not plan.heldout_paths:
         return None, None
-    from data import pretrain_records as records
     from xlnet_tf.pretrain_model import unigram_log_probs
 
     files = records.create_pretrain_tfrecords(
@@ -272,12 +270,8 @@ def run(spec: PretrainSpec, plan: PretrainPlan, config, tokenizer, spiece: str, 
     import numpy as np
     import tensorflow as tf
 
-    from data import pretrain_sampling as sampling
-    from xlnet_tf import checkpoint
-    from xlnet_tf.fileutil import write_json
     from xlnet_tf.pretrain_model import PretrainModel, evaluate_plm
     from xlnet_tf.training import Trainer, write_scalar
-    from tasks import health, report
 
     layout = BatchLayout.of(strategy, plan.train_batch_size, plan.grad_accum_steps, spec.bi_data)
     sampler = spec.sampler(tokenizer)

@@ -31,9 +31,9 @@ import numpy as np
 
 from data import tfrecord_io
 from data.lengths import report_truncation
+from tasks.classification.features import cut_windows, make_window_dataset, right_align
 from tasks.race import reader as race_task
 from xlnet_tf.fileutil import stat_identity
-from tasks.classification.features import cut_windows, right_align
 from xlnet_tf.tokenizer import SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD, XLNetTokenizer
 
 LAYOUT_VERSION = 1  # bump when the feature layout changes, so cached files are rebuilt
@@ -233,8 +233,6 @@ def race_dataset(paths, max_seq_length: int, batch_size: int, is_training: bool,
     batch padded to its longest example (rounded up to ``length_multiple``), training batches of one length
     group with ``bucket`` (``data.lengths``)."""
     if max_segments:
-        from tasks.classification.features import make_window_dataset
-
         return make_window_dataset(paths, batch_size, is_training, bucket=bucket, **kwargs)
     return tfrecord_io.make_dataset(paths, race_feature_spec(max_seq_length), batch_size, is_training,
                                     dynamic="left" if bucket or not is_training else None,

@@ -35,6 +35,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from data import tfrecord_io
+from tasks.squad.metrics import normalize_answer
 from xlnet_tf.fileutil import stat_identity, write_json
 from xlnet_tf.tokenizer import SPIECE_UNDERLINE, WHOLE_CHARS, XLNetTokenizer, text_parts
 
@@ -642,8 +643,6 @@ def answer_mapping_failures(examples: Sequence, tokenizer: XLNetTokenizer,
     Returns (answers checked, [(qas_id, gold, recovered or None)] for those the official normalisation does
     not score as an exact match: boundaries inside a piece, e.g. "1990" in "▁1990s").
     """
-    from tasks.squad.metrics import normalize_answer
-
     cache: Dict[Tuple[int, str], ContextTokens] = {}
     checked, failures = 0, []
     for ex in examples:
