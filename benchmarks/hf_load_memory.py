@@ -1,6 +1,6 @@
 """Peak memory (max RSS) of loading a HuggingFace XLNet directory, XLNet-Large-shaped by default (1.34 GiB of
 float32 safetensors), each step in a fresh process: building the model alone, reading every tensor
-(``checkpoint.read_safetensors``) and ``XLNetModel.from_pretrained``. ``--roots`` compares checkouts (e.g. one
+(``hf_checkpoint.read_safetensors``) and ``XLNetModel.from_pretrained``. ``--roots`` compares checkouts (e.g. one
 before a change to the reader): each row runs with that checkout's ``xlnet_tf``.
 
     nice python benchmarks/hf_load_memory.py                       # -> benchmarks/results/hf_load_memory.json
@@ -24,7 +24,7 @@ ROOT = os.path.dirname(HERE)
 
 STEPS = {
     "build only": "from xlnet_tf import XLNetConfig, XLNetModel; XLNetModel(XLNetConfig.load(D))",
-    "read tensors": "from xlnet_tf.checkpoint import read_safetensors; read_safetensors(D + '/model.safetensors')",
+    "read tensors": "from xlnet_tf.hf_checkpoint import read_safetensors; read_safetensors(D + '/model.safetensors')",
     "from_pretrained": "from xlnet_tf import XLNetModel; XLNetModel.from_pretrained(D)",
 }
 CHILD = "import resource, sys; D = sys.argv[1]; exec(sys.argv[2]); print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"

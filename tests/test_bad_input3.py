@@ -61,7 +61,7 @@ def small_checkpoints(tmp_path_factory):
 
 
 def test_check_readable_names_the_file_and_what_is_wrong(small_checkpoints, tmp_path):
-    from xlnet_tf.checkpoint import CheckpointError, check_readable
+    from xlnet_tf.tf_checkpoint import CheckpointError, check_readable
 
     d = tmp_path / "c"
     shutil.copytree(small_checkpoints, d)
@@ -78,7 +78,7 @@ def test_check_readable_names_the_file_and_what_is_wrong(small_checkpoints, tmp_
 
 
 def test_resume_point_passes_over_damaged_checkpoints_with_a_warning(small_checkpoints, tmp_path, caplog):
-    from xlnet_tf.checkpoint import CheckpointError
+    from xlnet_tf.tf_checkpoint import CheckpointError
     from xlnet_tf.training import resume_point
 
     d = tmp_path / "c"
@@ -180,7 +180,7 @@ def bare_prefix(own_format, tmp_path_factory):
 
 def test_a_missing_config_names_the_flag_of_the_command(glue, bare_prefix, tmp_path, capsys):
     from xlnet_tf import XLNetModel, convert
-    from xlnet_tf.checkpoint import CheckpointError
+    from xlnet_tf.tf_checkpoint import CheckpointError
 
     assert convert.main([f"--input={bare_prefix}", f"--output={tmp_path / 'out'}"]) == 2
     err = capsys.readouterr().err

@@ -152,10 +152,11 @@ def test_options_are_checked():
 
 # ------------------------------------------------------------------------------------------ a pretrained model
 def own_to_hf_state_dict(model):
-    """Our backbone as an HF ``XLNetLMHeadModel`` state dict (the reverse of checkpoint._hf_key_map)."""
-    from xlnet_tf.checkpoint import _hf_key_map, backbone_tensors
+    """Our backbone as an HF ``XLNetLMHeadModel`` state dict (the reverse of hf_checkpoint.hf_key_map)."""
+    from xlnet_tf.checkpoint import backbone_tensors
+    from xlnet_tf.hf_checkpoint import hf_key_map
 
-    keys, state = _hf_key_map(model.config), {}
+    keys, state = hf_key_map(model.config), {}
     for name, value in backbone_tensors(model).items():
         hf_keys = keys[name]
         if len(hf_keys) > 1:  # per-layer biases / seg_embed: stacked in ours, or shared (untie_r=False)

@@ -27,7 +27,8 @@ from tests.conftest import shared_path, tiny  # noqa: E402
 from tests.test_run_safety import clf_args  # noqa: E402
 from xlnet_tf import convert  # noqa: E402
 from xlnet_tf import XLNetConfig, XLNetModel, XLNetTokenizer  # noqa: E402
-from xlnet_tf.checkpoint import CheckpointError, read_safetensors, write_safetensors  # noqa: E402
+from xlnet_tf.hf_checkpoint import read_safetensors, write_safetensors  # noqa: E402
+from xlnet_tf.tf_checkpoint import CheckpointError  # noqa: E402
 from xlnet_tf.task_model import TaskModel  # noqa: E402
 
 TOL = 1e-5

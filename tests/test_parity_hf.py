@@ -17,7 +17,7 @@ from transformers.models.xlnet import modeling_xlnet as hf_xlnet  # noqa: E402
 
 from xlnet_tf import XLNetConfig, XLNetModel  # noqa: E402
 from xlnet_tf.accel import chunks, kernels  # noqa: E402
-from xlnet_tf.checkpoint import CheckpointError, write_tf_checkpoint  # noqa: E402
+from xlnet_tf.tf_checkpoint import CheckpointError, write_tf_checkpoint  # noqa: E402
 
 TOL = 1e-5
 L, D, NH, DH, DI, V = 3, 64, 4, 16, 128, 120  # d_head 16: the fused kernel's vector width divides it

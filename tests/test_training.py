@@ -312,7 +312,7 @@ def test_multi_worker_mirrored_two_local_workers(tmp_path):
 
 
 def test_checkpoint_of_another_shape_is_one_clear_error(tmp_path):
-    from xlnet_tf.checkpoint import CheckpointError
+    from xlnet_tf.tf_checkpoint import CheckpointError
 
     training.train(make_model(), make_dataset_fn(4), config(model_dir=str(tmp_path), train_steps=1))
     with pytest.raises(CheckpointError, match="ckpt-1: this checkpoint does not fit the model being trained"):

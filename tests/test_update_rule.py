@@ -66,7 +66,7 @@ def original_tensors(rng):
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    from xlnet_tf.checkpoint import write_tf_checkpoint
+    from xlnet_tf.tf_checkpoint import write_tf_checkpoint
 
     d = tmp_path_factory.mktemp("update_rule")
     init = original_tensors(np.random.default_rng(0))

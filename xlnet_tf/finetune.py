@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from xlnet_tf import hardware
-from xlnet_tf.checkpoint import damage_error
+from xlnet_tf.tf_checkpoint import damage_error
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.task_model import TaskModel
 from xlnet_tf.training import TrainConfig, Trainer, predict

@@ -45,7 +45,7 @@ import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
 from xlnet_tf import hardware, optimization
-from xlnet_tf.checkpoint import CheckpointError, check_readable
+from xlnet_tf.tf_checkpoint import CheckpointError, check_readable
 from xlnet_tf.fileutil import write_json
 from xlnet_tf.train_config import TrainConfig  # noqa: F401  (the loop's options: training.TrainConfig)
 
@@ -193,7 +193,7 @@ def check_precision(strategy: tf.distribute.Strategy, precision: str,
 
 
 def resume_point(model_dir: str) -> Optional[str]:
-    """The newest checkpoint of ``model_dir`` that reads whole (``checkpoint.check_readable``), None when there is
+    """The newest checkpoint of ``model_dir`` that reads whole (``check_readable``), None when there is
     none; damaged newer ones are passed over with a WARNING naming each (a rerun then redoes their steps and
     writes them again). Refuses (``CheckpointError``) when every checkpoint is damaged."""
     state = tf.train.get_checkpoint_state(model_dir)
