@@ -15,6 +15,7 @@ import os
 
 from absl import flags
 
+from heads import DEFAULT_SUMMARY, SUMMARY_TYPES
 from tasks.runner import Plan, TaskOptions
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.hardware import POLICY_OF_DTYPE, PRECISIONS
@@ -95,7 +96,7 @@ def define_common_flags(fv: flags.FlagValues, default_seq_len: int = 128, defaul
     d.float("dropout", XLNetConfig.dropout, "Dropout rate.")
     d.float("dropatt", XLNetConfig.dropatt, "Attention dropout rate.")
     d.integer("clamp_len", XLNetConfig.clamp_len, "Clamp relative distances (<= 0: no clamping).")
-    d.string("summary_type", "last", "Sequence summary: last|first|mean|attn.")
+    d.enum("summary_type", DEFAULT_SUMMARY, SUMMARY_TYPES, "Sequence summary.")
     d.section("Outputs")
     d.string("output_dir", None, "Where results, predictions and cached TFRecords go (required).")
     d.string("model_dir", None, "Training checkpoints and TensorBoard (default OUTPUT_DIR/model).")

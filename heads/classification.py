@@ -16,13 +16,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from xlnet_tf.head import Head, hf_linear
+from heads import DEFAULT_SUMMARY
 from heads.summary import SequenceSummary
+from xlnet_tf.head import Head, hf_linear
 
 
 class ClassificationHead(Head):
     def __init__(self, d_model: int, num_labels: int, regression: bool = False, task_name: str = "task",
-                 summary_type: str = "last", hidden_sizes: Sequence[int] = (), dropout: float = 0.1,
+                 summary_type: str = DEFAULT_SUMMARY, hidden_sizes: Sequence[int] = (), dropout: float = 0.1,
                  initializer_range: float = 0.02, n_head=None, d_head=None, **kwargs):
         super().__init__(**kwargs)
         if regression:

@@ -17,12 +17,13 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from xlnet_tf.head import Head, hf_linear
+from heads import DEFAULT_SUMMARY
 from heads.summary import SequenceSummary
+from xlnet_tf.head import Head, hf_linear
 
 
 class MultipleChoiceHead(Head):
-    def __init__(self, d_model: int, num_choices: int = 4, summary_type: str = "last", use_proj: bool = True,
+    def __init__(self, d_model: int, num_choices: int = 4, summary_type: str = DEFAULT_SUMMARY, use_proj: bool = True,
                  dropout: float = 0.1, n_head: Optional[int] = None, d_head: Optional[int] = None,
                  dropatt: float = 0.1, initializer_range: float = 0.02, **kwargs):
         super().__init__(**kwargs)

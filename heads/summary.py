@@ -21,10 +21,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from heads import DEFAULT_SUMMARY, SUMMARY_TYPES
 from xlnet_tf.head import hf_linear
 from xlnet_tf.masks import mask_logits
 
-SUMMARY_TYPES = ("last", "first", "mean", "attn")
 ORIGINAL_SCOPE = "model/sequnece_summary"  # the original's spelling
 # Why HuggingFace's XLNetSequenceSummary cannot compute a summary type of ours (None: it can).
 HF_SUMMARY_TYPES = {"last": None, "first": None,
@@ -35,7 +35,7 @@ HF_SUMMARY_TYPES = {"last": None, "first": None,
 class SequenceSummary(keras.layers.Layer):
     """[batch, seq, d] (+ optional padding_mask [batch, seq]) -> [batch, d_model]."""
 
-    def __init__(self, d_model: int, summary_type: str = "last", use_proj: bool = True, dropout: float = 0.1,
+    def __init__(self, d_model: int, summary_type: str = DEFAULT_SUMMARY, use_proj: bool = True, dropout: float = 0.1,
                  n_head: Optional[int] = None, d_head: Optional[int] = None, dropatt: float = 0.1,
                  initializer_range: float = 0.02, layer_norm_eps: float = 1e-12, **kwargs):
         super().__init__(**kwargs)
