@@ -3,6 +3,7 @@
 
     python benchmarks/length_multiple.py            # five model sizes -> results/length_multiple.json
     python benchmarks/length_multiple.py --quick    # tiny and Base only, fewer lengths
+    python benchmarks/length_multiple.py --sizes demo,small --out results/length_multiple_mid.json
 
 Batches are padded to their longest example rounded up to a multiple m (``--length_multiple``). A length not met
 before costs once: the training step's small XLA clusters compile for the new shape. A padded position costs the
@@ -22,7 +23,6 @@ sit beside each row: the smallest size at which multiples of 2 win sets ``CPU_FI
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -38,8 +38,8 @@ import real_lengths  # noqa: E402
 from bench_util import cpu_model, versions, write_json  # noqa: E402
 
 SIZES = {  # name: the shape keys of XLNetConfig
-    "tiny (tests)": dict(n_layer=2, d_model=64, n_head=2, d_head=32, d_inner=128),
-    "recipes --quick": dict(n_layer=2, d_model=128, n_head=4, d_head=32, d_inner=512),
+    "tiny": dict(n_layer=2, d_model=64, n_head=2, d_head=32, d_inner=128),
+    "recipes-quick": dict(n_layer=2, d_model=128, n_head=4, d_head=32, d_inner=512),
     "demo": dict(n_layer=4, d_model=128, n_head=4, d_head=32, d_inner=512),
     "small": dict(n_layer=4, d_model=256, n_head=4, d_head=64, d_inner=1024),
     "base": dict(n_layer=12, d_model=768, n_head=12, d_head=64, d_inner=3072),
@@ -77,6 +77,8 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--max_seq_length", type=int, default=128)
+    ap.add_argument("--sizes", help=f"comma list of {','.join(SIZES)} (default: all; --quick: tiny,base)")
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "length_multiple.json"))
     args = ap.parse_args(argv)
     from xlnet_tf import XLNetConfig, XLNetTokenizer
     from xlnet_tf.lengths import train_flops_per_token
@@ -91,11 +93,15 @@ def main(argv=None) -> int:
 
         keys, counts = np.unique([real_lengths.ceil_to(int(x), m, L) for x in lengths], return_counts=True)
         plans[m] = {int(k): c / B for k, c in zip(keys, counts)}
-    sizes = {k: v for k, v in SIZES.items() if not args.quick or k in ("tiny (tests)", "base")}
+    names = args.sizes.split(",") if args.sizes else ["tiny", "base"] if args.quick else list(SIZES)
+    unknown = sorted(set(names) - set(SIZES))
+    if unknown:
+        ap.error(f"--sizes: unknown {unknown}; expected some of {list(SIZES)}")
+    sizes = {k: SIZES[k] for k in names}
     grid = (8, 16, 32, 64, 128) if args.quick else (8, 16, 24, 32, 48, 64, 96, 128)
     rows = {}
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-    with open(os.path.join(HERE, "results", "length_multiple.log"), "w") as log:
+    with open(os.path.splitext(args.out)[0] + ".log", "w") as log:
         for name, shape in sizes.items():
             med, compile_s = measure(shape, B, grid, args.reps, log)
             flops = train_flops_per_token(XLNetConfig(n_token=32000, **shape))
@@ -117,7 +123,7 @@ def main(argv=None) -> int:
         print(f"| {name} | {r['train_flops_per_token'] / 1e6:.1f} | {r['compile_seconds_per_length']:.2f} | "
               f"{e[2]:.0f} s | {e[16]:.0f} s | {r['epoch_best_multiple']} | {s[2]:.0f} s | {s[16]:.0f} s | "
               f"{r['short_best_multiple']} |")
-    write_json(os.path.join(HERE, "results", "length_multiple.json"), {
+    write_json(args.out, {
         "batch": B, "max_seq_length": L, "rows": rows, "reps": args.reps, "grid": list(grid),
         "machine": {"cpu": cpu_model(), "cores": os.cpu_count()}, "versions": versions(["tensorflow", "keras"]),
         "command": " ".join(["python benchmarks/length_multiple.py"] + list(argv or sys.argv[1:]))})
