@@ -17,7 +17,7 @@ then composes the cost of a run on SST-2's real lengths (the released spiece.mod
 max_seq_length 128, examples grouped by their rounded length as ``data.lengths.length_buckets`` does): steps at
 each padded length + one compilation per length met, for a whole epoch (2,104 steps) and for a short run of 400
 steps, at m = 2, 4, 8, 16, 32. The model's training FLOPs per token (``xlnet_tf.lengths.train_flops_per_token``)
-sit beside each row: the smallest size at which multiples of 2 win sets ``CPU_FINE_FLOPS``.
+sit beside each row: the sizes at which each multiple wins set ``CPU_MULTIPLES``.
 """
 
 from __future__ import annotations

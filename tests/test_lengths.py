@@ -104,14 +104,16 @@ def test_training_batches_come_from_one_length_group(tmp_path, multiple):
 
 def test_default_multiple_by_machine_and_model_size():
     """8 where a GPU/TPU compiles whole steps with XLA; on a CPU 2 for a model whose per-token work outweighs
-    compiling a new length (XLNet-Base), coarser for a small one (xlnet_tf/lengths.py)."""
+    compiling a new length (XLNet-Base), 8 for a small one, 16 for a tiny one (xlnet_tf/lengths.py)."""
     from xlnet_tf import lengths as rule
 
     base, tiny_ = XLNetConfig.preset("base"), XLNetConfig(**CFG)
     assert rule.train_flops_per_token(base) == 6 * 12 * (4 * 768 * 768 + 2 * 768 * 3072)
     assert rule.default_multiple(base, accelerated=True) == rule.default_multiple(tiny_, accelerated=True) == 8
     assert rule.default_multiple(base, accelerated=False) == 2
-    assert rule.default_multiple(tiny_, accelerated=False) == rule.CPU_SMALL_MODEL_MULTIPLE > 2
+    assert rule.default_multiple(tiny_, accelerated=False) == 16
+    small = XLNetConfig(n_token=32000, n_layer=4, d_model=256, n_head=4, d_head=64, d_inner=1024)  # 18.9 MFLOP
+    assert rule.default_multiple(small, accelerated=False) == 8
     accelerated = tf.config.list_physical_devices("GPU") or tf.config.list_physical_devices("TPU")
     assert lengths.default_multiple(base) == (8 if accelerated else 2)
     with pytest.raises(ValueError, match="length_multiple"):

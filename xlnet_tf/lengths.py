@@ -7,11 +7,11 @@ compile for the new shape; a GPU/TPU's whole-step XLA compiles the whole step), 
 costs the model's per-token work in every step. So:
 
 * a GPU or TPU (whole-step XLA per shape): ``ACCELERATOR_MULTIPLE`` (8, a bounded set of ``L / 8`` shapes);
-* a CPU: by the model's training cost per token (``train_flops_per_token``). A model at least
-  ``CPU_FINE_FLOPS`` per token pays more for padding than for compiling: multiples of 2 (XLNet-Base, SST-2:
-  an epoch 1.12x shorter than with 8, PERFORMANCE.md "Real text lengths"); a smaller one compiles more than it
-  pads: multiples of ``CPU_SMALL_MODEL_MULTIPLE`` (the crossover as measured: PERFORMANCE.md "Length multiple
-  by model size");
+* a CPU: by the model's training cost per token (``train_flops_per_token``), in ``CPU_MULTIPLES`` steps: the
+  more a model pays per padded position, the finer its lengths. XLNet-Base (510 MFLOP/token): multiples of 2
+  (an epoch of SST-2 1.12x shorter than with 8, PERFORMANCE.md "Real text lengths"); a small model (10-100
+  MFLOP/token): 8; a tiny one (the tests', the demo's): 16, where compiling a new length costs more than the
+  padding it saves (the crossovers as measured: PERFORMANCE.md "Length multiple by model size");
 * serving: ``SERVING_MULTIPLE`` (8): its graph is traced once with dynamic dimensions.
 """
 
@@ -19,10 +19,9 @@ from __future__ import annotations
 
 ACCELERATOR_MULTIPLE = 8
 SERVING_MULTIPLE = 8
-# Training FLOPs per token (forward + backward) at and above which a CPU rounds lengths to 2 rather than
-# CPU_SMALL_MODEL_MULTIPLE (the measured crossover; PERFORMANCE.md "Length multiple by model size").
-CPU_FINE_FLOPS = 20e6
-CPU_SMALL_MODEL_MULTIPLE = 16
+# A CPU's multiple by the model's training FLOPs per token (forward + backward): the first row whose floor the
+# model reaches (the measured crossovers; PERFORMANCE.md "Length multiple by model size").
+CPU_MULTIPLES = ((100e6, 2), (10e6, 8), (0.0, 16))
 
 
 def padded_length(n, max_len: int, multiple: int):
@@ -48,4 +47,5 @@ def default_multiple(config, accelerated: bool) -> int:
     TPU computes the steps."""
     if accelerated:
         return ACCELERATOR_MULTIPLE
-    return 2 if train_flops_per_token(config) >= CPU_FINE_FLOPS else CPU_SMALL_MODEL_MULTIPLE
+    flops = train_flops_per_token(config)
+    return next(multiple for floor, multiple in CPU_MULTIPLES if flops >= floor)
