@@ -217,6 +217,39 @@ def test_memory_mode_groups_documents_by_window_count(tok):
     assert runs[4][1] == planned_positions(windows, 4, unit=L, max_len=None, multiple=1) * L == (3 + 2 + 5) * L
 
 
+# ---------------------------------------------------------------------------------------------- RACE, SQuAD
+@pytest.mark.slow  # (four served functions, SQuAD's in-graph alignment: seconds to trace)
+def test_race_and_squad_answers_equal_the_one_batch_answers(tok):
+    import tensorflow as tf
+
+    from heads.multiple_choice import MultipleChoiceHead
+    from heads.squad import SquadHead
+    from tasks.race.serving import RaceServing
+    from tasks.squad.serving import SquadServing
+
+    z = lambda *shape: np.zeros(shape, np.int32)  # noqa: E731
+    race = make_model(lambda c: MultipleChoiceHead(c.d_model, n_head=c.n_head, d_head=c.d_head, dropout=0.0),
+                      {k: z(1, 4, 8) for k in ("input_ids", "segment_ids", "padding_mask")})
+    squad = make_model(lambda c: SquadHead(c.d_model, dropout=0.0),
+                       {"input_ids": z(1, 8), "segment_ids": z(1, 8), "padding_mask": z(1, 8) + 1,
+                        "p_mask": z(1, 8), "cls_index": z(1) + 7})
+    article = ["Tom went to the market. " * 6, "It rained.", "Tom went to the market. " * 6]
+    question = ["Where did Tom go?", "What happened _ ?", "Where did Tom go?"]
+    options = [["home", "to the market", "away", "nowhere"], ["sun", "rain", "snow", "wind"],
+               ["home", "to the market", "away", "nowhere"]]
+    asked = ["Where was it shot?", "What?", "Where?", "When?"]
+    context = ["The film was shot in Paris in 1998 by a small crew. " * 4, "Short.", "It was shot in Paris.", "1998."]
+    runs = {}
+    for groups in (1, 4):
+        rv = counting(RaceServing)(race, tok, L, 12, max_groups=groups)
+        sv = counting(SquadServing)(squad, tok, L, 8, 8, max_groups=groups)
+        runs[groups] = (rv.served(rv.text_fn(), tf.constant(article), tf.constant(question), tf.constant(options)),
+                        sv.served(sv.text_fn(), tf.constant(asked), tf.constant(context)))
+    for (got, grouped), (want, full) in zip(runs[4], runs[1]):
+        assert_same(got, want)
+        assert grouped < full, (grouped, full)
+
+
 # ---------------------------------------------------------------------------------------------- SavedModel
 @pytest.mark.slow
 def test_grouped_export_answers_in_a_fresh_process(classifier, tmp_path):
