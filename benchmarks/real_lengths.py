@@ -37,6 +37,7 @@ import bisect
 import json
 import os
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -447,7 +448,7 @@ def main(argv=None) -> int:
                 [int(t) for t in args.hf_threads.split(",")], [v for v in args.hf_variants.split(",") if v], log)
     out.update({"config": config, "machine": {"cpu": cpu_model(), "cores": os.cpu_count()},
                 "versions": versions(["tensorflow", "keras", "torch", "transformers"]),
-                "command": " ".join(["python benchmarks/real_lengths.py"] + list(argv or sys.argv[1:]))})
+                "command": shlex.join(["python", "benchmarks/real_lengths.py"] + list(argv or sys.argv[1:]))})
     write_json(path, out)
     return 0
 
