@@ -25,7 +25,9 @@ step (forward, loss, backward, clipping, AdamW update; dropout 0.1) at the batch
 3. **Epoch time** = sum over the plan's batches of the step time at T (+ ours' compilations per length met).
 4. **Where the time goes**: forward, forward + backward, and the optimizer update (clip + AdamW) alone, timed
    in each worker at T = 16 (a typical SST-2 batch).
-Serving: texts/s from raw text, padded to each call's longest vs to max_seq_length.
+Serving: texts/s from raw text: our SavedModel (each request in length groups, ``xlnet_tf.export.run_in_groups``;
+and as one call padded to the request's longest, ``ours_one_call``) against HF padded to each call's longest and
+to max_seq_length. A short serving-only run: ``--training 0 --serving_reps 1 --hf_variants hf --hf_threads 2``.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import bisect
 import json
 import os
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -312,8 +315,8 @@ SERVE_BATCHES = {128: ((1, 24), (32, 3)), 512: ((1, 8), (32, 1))}  # (batch size
 
 def make_serving_models(config, tok, workdir):
     """One random XLNet-Base classifier (``last`` summary, 2 labels), exported as our SavedModels (L 128 and 512,
-    in-graph tokenizer) and as a HuggingFace directory (``save_pretrained(format="huggingface")``): the same
-    weights on both sides."""
+    in-graph tokenizer; in length groups, and as one call: ``one_call_L``) and as a HuggingFace directory
+    (``save_pretrained(format="huggingface")``): the same weights on both sides."""
     import tensorflow as tf
 
     from heads.classification import ClassificationHead
@@ -328,6 +331,9 @@ def make_serving_models(config, tok, workdir):
     model.save_pretrained(dirs["hf"], format="huggingface")
     for L in SERVE_BATCHES:
         dirs[L] = ClassifierServing(model, tok, L, label_names=["0", "1"]).export(os.path.join(workdir, f"ours_{L}"))
+        one_call = ClassifierServing(model, tok, L, label_names=["0", "1"])
+        one_call.max_groups = 1
+        dirs[f"one_call_{L}"] = one_call.export(os.path.join(workdir, f"ours_one_call_{L}"))
     return dirs
 
 
@@ -335,11 +341,13 @@ def build_serving(spec):
     """serve(L, texts) -> probabilities [n, 2] for one call, from raw text."""
     import numpy as np
 
-    if spec["impl"] == "ours":
+    if spec["impl"] in ("ours", "ours_one_call"):
         import tensorflow as tf
         import tensorflow_text  # noqa: F401  (registers the SentencePiece op, as a serving process does)
 
-        fns = {L: tf.saved_model.load(spec["dirs"][str(L)]).signatures["serving_default"] for L in SERVE_BATCHES}
+        prefix = "one_call_" if spec["impl"] == "ours_one_call" else ""
+        fns = {L: tf.saved_model.load(spec["dirs"][f"{prefix}{L}"]).signatures["serving_default"]
+               for L in SERVE_BATCHES}
         return lambda L, texts: fns[L](text_a=tf.constant(texts))["probabilities"].numpy()
     import torch
     import transformers
@@ -366,13 +374,15 @@ def build_serving(spec):
 
 def serving(config, tok, sets, reps, workdir, hf_threads, hf_variants, log):
     """Texts/s from raw text, each implementation in its own worker, the same weights: our SavedModel (each call
-    padded to its longest text) vs HF's tokenizer + model (padded to the longest; and to max_seq_length, the
-    per-token reference) and HF's pipeline; outputs compared before timing; interleaved repetitions."""
+    in length groups; and as one call padded to its longest text) vs HF's tokenizer + model (padded to the
+    longest; and to max_seq_length, the per-token reference) and HF's pipeline; outputs compared before timing;
+    interleaved repetitions."""
     dirs = make_serving_models(config, tok, workdir)
     texts_path = os.path.join(workdir, "texts.json")
     with open(texts_path, "w") as f:
         json.dump({name: texts for name, (texts, L) in sets.items()}, f)
-    specs = [dict(impl="ours")] + [dict(impl=i, threads=t) for t in hf_threads for i in hf_variants]
+    specs = [dict(impl="ours"), dict(impl="ours_one_call")] + [dict(impl=i, threads=t) for t in hf_threads
+                                                                  for i in hf_variants]
     workers = [Worker(dict(spec, serving=True, dirs={str(k): v for k, v in dirs.items()}, texts=texts_path,
                            spm=os.path.join(shared_dir(), "spiece", "spiece.model")), log) for spec in specs]
     rows = {}
@@ -411,7 +421,7 @@ def main(argv=None) -> int:
     ap.add_argument("--training", type=int, default=1, help="0: the serving part only")
     ap.add_argument("--hf_threads", default="2,1", help="torch threads of the HF serving workers (each its own)")
     ap.add_argument("--hf_variants", default="hf,hf_pipeline,hf_fixed", help="HF serving workers: tokenizer + model "
-                    "padded to the longest (hf), its pipeline (hf_pipeline), padded to max_seq_length (hf_fixed)")
+                    "padded to the longest (hf), its pipeline (hf_pipeline), padded to max_seq_length (hf_fixed); empty: none")
     ap.add_argument("--workdir", default=os.path.join(ROOT, "recipes_work", "real_lengths"))
     args = ap.parse_args(argv)
     if args.worker:
@@ -435,10 +445,10 @@ def main(argv=None) -> int:
         if args.serving_reps:
             out["serving_texts_per_second"] = serving(
                 config, tok, serving_sets(), args.serving_reps, args.workdir,
-                [int(t) for t in args.hf_threads.split(",")], args.hf_variants.split(","), log)
+                [int(t) for t in args.hf_threads.split(",")], [v for v in args.hf_variants.split(",") if v], log)
     out.update({"config": config, "machine": {"cpu": cpu_model(), "cores": os.cpu_count()},
                 "versions": versions(["tensorflow", "keras", "torch", "transformers"]),
-                "command": " ".join(["python benchmarks/real_lengths.py"] + list(argv or sys.argv[1:]))})
+                "command": shlex.join(["python", "benchmarks/real_lengths.py"] + list(argv or sys.argv[1:]))})
     write_json(path, out)
     return 0
 

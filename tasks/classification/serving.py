@@ -5,6 +5,12 @@ The in-graph layout is ``features.py``'s exactly (the tests compare them on real
 any length becomes the windows of ``features.build_windows`` (``document_windows``), and the model runs them
 left to right with its memory (a ``tf.while_loop`` in the graph, ``TaskModel``); a text of one window gives the
 one-window features, so the same answer as the truncating export.
+
+The raw-text signatures (``serving_default``, single text or pair, and ``embed``) run a request in length groups
+(``xlnet_tf.export.run_in_groups``): each group of texts padded only to its own longest, on the 8-multiple grid,
+at most ``max_groups`` calls, answers in the request's order. In memory mode the groups are by window count
+(documents of 1 window run apart from those of 10). ``serve_ids`` / ``serve_windows`` take the caller's padding
+as given (one call).
 """
 
 from __future__ import annotations
@@ -133,6 +139,13 @@ class ClassifierServing(ServingModule):
 
         return serve_ids
 
+    def in_length_groups(self, run, features):
+        """``run(features)`` in length groups: texts by padded length, documents (memory mode) by window count."""
+        if self.memory:
+            return self.in_groups(run, features, features["num_segments"], multiple=1,
+                                  unit_tokens=self.max_seq_length)
+        return self.in_groups(run, features, tf.reduce_sum(features["padding_mask"], 1), max_len=self.max_seq_length)
+
     def features(self, text_a, text_b=None):
         """Raw text -> the model's features (one window, or the windows of memory mode)."""
         if self.memory:
@@ -145,9 +158,12 @@ class ClassifierServing(ServingModule):
     def embed_fn(self, pair: bool):
         """``embed``: the last layer's hidden state of the document's final ``<cls>`` [b, d_model] (with the memory
         of the earlier windows in memory mode), the vector the head reads."""
-        def run(text_a, text_b=None):
-            out, _ = self.model.encode(self.features(text_a, text_b), training=False)
+        def embedding(features):
+            out, _ = self.model.encode(features, training=False)
             return {"embedding": tf.cast(out["sequence_output"][:, -1], tf.float32)}
+
+        def run(text_a, text_b=None):
+            return self.in_length_groups(embedding, self.features(text_a, text_b))
 
         s = tf.TensorSpec([None], tf.string)
         if pair:
@@ -165,7 +181,7 @@ class ClassifierServing(ServingModule):
             raise ValueError("memory mode serves single-text classifiers (no text_b)")
 
         def run(text_a, text_b=None):
-            return self._outputs(self.features(text_a, text_b))
+            return self.in_length_groups(self._outputs, self.features(text_a, text_b))
 
         s = tf.TensorSpec([None], tf.string)
         if pair:

@@ -14,6 +14,10 @@ The in-graph layout is exactly ``tasks/race/features.py``'s ``encode_race`` (tes
 (``race_windows``, in-graph twin of ``encode_race(..., windows=True)``) through the model's window loop;
 ``serve_ids`` then takes windows [batch, 4, W, max_seq_length] and ``num_segments`` [batch]. Load in a fresh
 process with ``import tensorflow_text`` (registers the SentencePiece ops).
+
+``serving_default`` runs a request in length groups (``xlnet_tf.export.run_in_groups``): questions by their
+longest option (memory mode: by window count), each group padded to its own longest, answers in the request's
+order; ``serve_ids`` takes the caller's padding as given.
 """
 
 from __future__ import annotations
@@ -145,7 +149,13 @@ class RaceServing(ServingModule):
                                       tf.TensorSpec([None], tf.string, name="question"),
                                       tf.TensorSpec([None, self.num_choices], tf.string, name="options")])
         def serve_text(article, question, options):
-            return self._outputs(self.features(article, question, options))
+            feats = self.features(article, question, options)
+            if self.memory:
+                return self.in_groups(self._outputs, feats, feats["num_segments"], axis=2, multiple=1,
+                                      unit_tokens=self.num_choices * self.max_seq_length)
+            longest = tf.reduce_max(tf.reduce_sum(feats["padding_mask"], 2), 1)  # a question's longest option
+            return self.in_groups(self._outputs, feats, longest, axis=2, max_len=self.max_seq_length,
+                                  unit_tokens=self.num_choices)
 
         return serve_text
 

@@ -29,8 +29,9 @@ Everything runs in-graph (load in a fresh process with ``import tensorflow_text`
    all-space piece keeps its whole surface). Ids equal ``TFXLNetTokenizer.tokenize``.
 3. Windows as ``tasks/squad/features.py``: ``P <sep> Q <sep> <cls>`` right-padded, the question's first
    ``max_query_length`` pieces, ``max_seq_length - len(Q) - 3`` paragraph pieces every ``doc_stride``, the
-   max-context rule (score ``min(left, right) + 0.01 * length``, first window wins ties). All windows of the
-   batch go through the model as one batch.
+   max-context rule (score ``min(left, right) + 0.01 * length``, first window wins ties). The windows of the
+   request go through the model in length groups (``xlnet_tf.export.run_in_groups``: the full windows of long
+   contexts apart from the short last ones and short contexts, each group padded to its own longest).
 4. Best span as ``tasks.squad.postprocess.postprocess``: candidates start_k x end_k with start, end inside the
    paragraph, start at its max-context window, ``end >= start``, length <= ``max_answer_length``; score summed
    in float64; the first best in (window, start_k, end_k) order wins, as the Python sort.
@@ -398,8 +399,9 @@ class SquadServing(ServingModule):
     def answer(self, question, context) -> Dict[str, tf.Tensor]:
         context = tf.convert_to_tensor(context, tf.string)
         feats, windows, tokens = self.features(question, context)
-        out = best_spans(self._head_outputs(feats), windows, tokens, context, self.max_answer_length,
-                         self.allow_last_paragraph_token)
+        heads = self.in_groups(self._head_outputs, feats, tf.reduce_sum(feats["padding_mask"], 1), left=False,
+                               max_len=self.max_seq_length)
+        out = best_spans(heads, windows, tokens, context, self.max_answer_length, self.allow_last_paragraph_token)
         found = out["answer_start"] >= 0  # no valid span (an empty or blank context): no answer
         if self.null_threshold is None:
             out["has_answer"] = found
