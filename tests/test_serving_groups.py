@@ -180,6 +180,18 @@ def test_batch_one_and_equal_lengths_are_one_call(classifier):
         assert grouped == full == len(texts) * 8
 
 
+def test_classes_without_names_are_named_by_their_index(classifier, tok):
+    """A serving module built without label names names each class by its index (every class, not just 0)."""
+    import tensorflow as tf
+
+    from tasks.classification.serving import ClassifierServing
+
+    (one, _), _ = classifier("single").values()
+    unnamed = ClassifierServing(one.model, tok, L)
+    assert unnamed.label_names.numpy().tolist() == [b"0", b"1", b"2"]  # what _outputs gathers by label
+    assert tf.gather(unnamed.label_names, [2, 0]).numpy().tolist() == [b"2", b"0"]
+
+
 @pytest.mark.slow  # (traces four more served functions)
 def test_pair_and_embed_signatures_are_grouped(classifier):
     import tensorflow as tf

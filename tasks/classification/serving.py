@@ -111,7 +111,9 @@ class ClassifierServing(ServingModule):
         self.max_seq_length = int(max_seq_length)
         self.sep_id, self.cls_id = int(tokenizer.sep_id), int(tokenizer.cls_id)
         self.regression = bool(model.head.regression)
-        self.label_names = tf.constant(list(label_names or []) or [""], tf.string)
+        # without names a class is named by its index ("0", "1", ...)
+        names = list(label_names or []) or [str(i) for i in range(max(int(model.head.num_labels), 1))]
+        self.label_names = tf.constant(names, tf.string)
 
     def _outputs(self, features):
         out = self.model.head.serving_outputs(float32_outputs(self.model(features, training=False)))
