@@ -164,22 +164,23 @@ def pretrained(tmp_path_factory, tiny_corpus):
 SHARED_RUNS = ("sst2_run", "pretrained")
 
 
-@pytest.hookimpl(tryfirst=True)  # before -m deselects: ``-m "not slow"`` then leaves the outcome tests out too
-def pytest_collection_modifyitems(items):
-    """An outcome test (trains to an accuracy floor) is a slow test: one mechanism, no second marker to forget.
+def pytest_itemcollected(item):
+    """An outcome test (trains to an accuracy floor) is a slow test: one mechanism, no second marker to forget
+    (marked as it is collected, before ``-m`` deselects: ``-m "not slow"`` then leaves the outcome tests out too).
 
     The suite runs on two pytest-xdist workers (pytest.ini: ``-n 2 --dist loadgroup``) in units: the tests that
     read one of ``SHARED_RUNS`` form one unit; a test reading a module- or class-scoped fixture goes with its
     module (such a fixture, a module's own training run or background process, is then built once); every other
-    test goes to whichever worker is free."""
-    for item in items:
-        if item.get_closest_marker("outcome") and not item.get_closest_marker("slow"):
-            item.add_marker(pytest.mark.slow)
-        shared = [name for name in SHARED_RUNS if name in getattr(item, "fixturenames", ())]
-        if shared:
-            item.add_marker(pytest.mark.xdist_group(shared[0]))
-        elif _reads_module_fixture(item):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    test goes to whichever worker is free. The group marks are set here, as each test is collected, because
+    pytest-xdist turns them into units in its own ``pytest_collection_modifyitems``, which may run before a
+    conftest's."""
+    if item.get_closest_marker("outcome") and not item.get_closest_marker("slow"):
+        item.add_marker(pytest.mark.slow)
+    shared = [name for name in SHARED_RUNS if name in getattr(item, "fixturenames", ())]
+    if shared:
+        item.add_marker(pytest.mark.xdist_group(shared[0]))
+    elif _reads_module_fixture(item):
+        item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 def _reads_module_fixture(item) -> bool:
