@@ -220,6 +220,7 @@ def test_fused_training_sites_match_plain_ops_with_gradients(fn):
         assert (results[0][1] == 0).mean() > 0.1
 
 
+@pytest.mark.slow  # (a few seconds: a traced model or real data read whole)
 def test_xla_fusions_off_same_outputs_and_gradients(monkeypatch):
     """Without the ``xla`` acceleration (plain ops for every elementwise chain) the model is the same, dropout
     included."""

@@ -94,6 +94,7 @@ def test_greedy_equals_hf_on_20_real_prompts(hf, gen, prompts):
     assert len({tuple(r) for r in ref}) > 10  # the continuations depend on the prompts
 
 
+@pytest.mark.slow  # (a few seconds: a traced model or real data read whole)
 def test_memory_length_and_eos_as_hf(hf, gen, prompts):
     """HF's ``config.mem_len = m + 2`` keeps the last m positions (``mem_len=m`` here); an eos ends a row, pads
     follow."""
@@ -225,6 +226,7 @@ def test_cli_writes_jsonl_equal_to_the_library(hf_dir, gen, spm, prompts, tmp_pa
     assert row["generated_ids"] != gen.generate([ids[5]], GenerationOptions(**dict(sampled, seed=8)))[0]
 
 
+@pytest.mark.slow  # (a few seconds: a traced model or real data read whole)
 def test_cli_refuses_bad_input(hf_dir, spm, tmp_path):
     base = [f"--init_checkpoint={hf_dir}", f"--spiece_model_file={spm}", "--max_new_tokens=2"]
     empty = tmp_path / "empty.txt"

@@ -65,6 +65,7 @@ def _tar(root, out):
 
 
 # ------------------------------------------------------------------------------------------------ reading
+@pytest.mark.slow  # (a few seconds: a traced model or real data read whole)
 @needs_race
 @pytest.mark.parametrize("split", ["dev", "test", "train"])
 def test_real_counts_per_split(split):
@@ -74,6 +75,7 @@ def test_real_counts_per_split(split):
     assert len({ex.example_id for ex in examples}) == len(examples)
 
 
+@pytest.mark.slow  # (a few seconds: a traced model or real data read whole)
 @needs_race
 def test_real_level_filters():
     assert race_task.count_levels(race_task.read_race(RACE_TAR, "dev", high_only=True)) == \

@@ -153,6 +153,7 @@ def test_article_end_counts_in_memory_mode_only_and_its_start_reaches_through_me
     assert changed(run(mem, changed_start, max_segments=4), base_m)
 
 
+@pytest.mark.slow  # (a few seconds: a traced model or real data read whole)
 def test_window_dataset_and_training_step(tok, examples, tmp_path):
     """Windows written to TFRecords, batched by window count for training, trimmed in evaluation; one training
     step sends gradients through the last window to every variable fine-tuning uses."""

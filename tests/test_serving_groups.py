@@ -154,6 +154,7 @@ def test_group_plan_cuts_between_padded_lengths_at_least_cost():
 
 
 # ---------------------------------------------------------------------------------------------- classifier
+@pytest.mark.slow  # (a few seconds: a traced model or real data read whole)
 def test_mixed_lengths_give_the_one_batch_answers_in_order_with_fewer_positions(classifier, tok):
     import tensorflow as tf
 
@@ -169,6 +170,7 @@ def test_mixed_lengths_give_the_one_batch_answers_in_order_with_fewer_positions(
     assert grouped == planned_positions(lengths, 4) <= 0.6 * full
 
 
+@pytest.mark.slow  # (a few seconds: a traced model or real data read whole)
 def test_batch_one_and_equal_lengths_are_one_call(classifier):
     import tensorflow as tf
 
@@ -180,6 +182,7 @@ def test_batch_one_and_equal_lengths_are_one_call(classifier):
         assert grouped == full == len(texts) * 8
 
 
+@pytest.mark.slow  # (a few seconds: a traced model or real data read whole)
 def test_classes_without_names_are_named_by_their_index(classifier, tok):
     """A serving module built without label names names each class by its index (every class, not just 0)."""
     import tensorflow as tf

@@ -202,6 +202,7 @@ def test_resume_after_interruption_is_exact(tmp_path, capsys):
     assert "step 2/6 loss" in err and "steps/s ETA" in err and "step 1/6" not in err
 
 
+@pytest.mark.slow  # (a few seconds: a traced model or real data read whole)
 @pytest.mark.parametrize("precision", ["mixed_float16", "mixed_bfloat16"])
 def test_mixed_precision_runs_and_restores_policy(precision):
     tr = training.Trainer(make_model(), make_dataset_fn(4),
