@@ -29,12 +29,16 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import faulthandler
 import gc
+import io
 import logging
 import os
+import signal
 import sys
 import tempfile
 import textwrap
+import threading
 from typing import Any, Callable, Optional, Sequence
 
 from absl import flags
@@ -87,9 +91,11 @@ def main(argv: Optional[Sequence[str]], define: Callable[[flags.FlagValues], Non
     setup_logging()
     import_tensorflow()
 
+    interrupted = False
     try:
         return Exit(0, value=job(fv))
     except KeyboardInterrupt as e:
+        interrupted = True
         return _refuse(interrupted_message(e), 130)
     except NotLearning as e:
         return _refuse(str(e), UNHEALTHY)
@@ -107,8 +113,11 @@ def main(argv: Optional[Sequence[str]], define: Callable[[flags.FlagValues], Non
                        f"checkpoint and export are kept: free space and run again to resume")
     finally:
         run_state.release_held()
-        if sys.exc_info()[0] is None:
-            gc.collect()  # a failed job's objects (its trainer's open files) sit in reference cycles of its frames
+        # A failed job's objects (its trainer's open files) sit in reference cycles of its frames: collected here,
+        # except after Ctrl-C, where collecting would finalise a summary writer the interrupt may have stopped
+        # mid-write (closing such a writer was seen to block for minutes).
+        if sys.exc_info()[0] is None and not interrupted:
+            gc.collect()
 
 
 def import_tensorflow() -> None:
@@ -175,7 +184,13 @@ _FORMAT = "%(levelname).1s%(asctime)s %(name)s] %(message)s"  # W1126 10:22:39 r
 
 
 def setup_logging() -> None:
-    """INFO and above of every logger to stderr, one line each, installed once per process."""
+    """INFO and above of every logger to stderr, one line each, installed once per process; in a process (not a
+    caller's thread) ``kill -USR1 PID`` writes every thread's Python stack to stderr, for a run that seems stuck."""
+    if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGUSR1"):
+        try:
+            faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
+        except (AttributeError, ValueError, io.UnsupportedOperation):  # stderr is not a file (a captured stream)
+            pass
     root = logging.getLogger()
     if not any(isinstance(h, _Stderr) for h in root.handlers):
         handler = _Stderr()

@@ -3,11 +3,19 @@ in a fresh Python that imports only TensorFlow and tensorflow_text, as a serving
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from typing import Tuple
 
 import pytest
+
+
+def ctrl_c_reaches_it() -> None:
+    """``preexec_fn`` of a child the test interrupts with SIGINT: Ctrl-C's default action, even when the suite
+    runs as a shell's background job (which starts with SIGINT ignored, and Python keeps an ignored SIGINT, so
+    the child would never see the Ctrl-C)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def finish(proc: subprocess.Popen, timeout: float) -> Tuple[str, str]:

@@ -579,11 +579,12 @@ def test_ctrl_c_stops_a_long_generation(tiny_generator_dir):
     import time
 
     from tests.conftest import REPO
+    from tests.subprocess_util import ctrl_c_reaches_it
 
     p = subprocess.Popen([sys.executable, "generate.py", f"--init_checkpoint={tiny_generator_dir}",
                           f"--spiece_model_file={shared_path('spiece', 'spiece.model')}", "--prompt=The cat",
                           "--max_new_tokens=100000"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                         text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+                         text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), preexec_fn=ctrl_c_reaches_it)
     try:
         for line in p.stderr:
             if "generation memory:" in line:

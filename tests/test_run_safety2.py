@@ -16,6 +16,7 @@ import pytest
 import run_classifier
 from tests.cli_util import refused, succeeds
 from tests.conftest import REPO, shared_path
+from tests.subprocess_util import ctrl_c_reaches_it
 from tests.test_run_safety import clf_args
 
 
@@ -108,7 +109,7 @@ def _start(args, cwd):
     err = open(os.path.join(cwd, "stderr.log"), "w+")
     proc = subprocess.Popen([sys.executable, os.path.join(REPO, "run_classifier.py")] + [str(a) for a in args],
                             cwd=cwd, stdout=subprocess.DEVNULL, stderr=err, text=True,
-                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), preexec_fn=ctrl_c_reaches_it)
     proc.err_file = err
     return proc
 
@@ -131,7 +132,12 @@ def _interrupt_after(proc, model_dir, step, timeout=900):
             assert proc.poll() is None and time.time() < deadline, _stderr(proc)[-3000:]
             time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=300)
+        try:
+            proc.wait(timeout=300)
+        except subprocess.TimeoutExpired:  # stuck: its threads' Python stacks (run_main.setup_logging) say where
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(2)
+            raise AssertionError("no exit within 300 s of Ctrl-C:\n" + _stderr(proc)[-6000:]) from None
         err = _stderr(proc)
         assert proc.returncode == 130, err[-3000:]
         assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
