@@ -16,6 +16,7 @@ from tasks import runner
 from xlnet_tf import XLNetConfig, XLNetTokenizer, checkpoint, ram
 from xlnet_tf.config import describe_activation
 from xlnet_tf.hardware import POLICY_OF_DTYPE as EXPORT_PRECISIONS  # --export_precision -> the export's policy
+from xlnet_tf.train_config import TrainConfig
 
 
 def long_doc_options(F):
@@ -66,8 +67,6 @@ def checkpoint_config(path: str, overrides: dict):
 
 
 def train_config(F, model_dir: str):
-    from xlnet_tf.training import TrainConfig
-
     return TrainConfig(
         learning_rate=F.learning_rate, train_steps=F.train_steps, warmup_steps=F.warmup_steps,
         min_lr_ratio=F.min_lr_ratio, weight_decay=F.weight_decay, adam_epsilon=F.adam_epsilon,

@@ -14,10 +14,11 @@ import numpy as np
 import tensorflow as tf
 
 from xlnet_tf import hardware
-from xlnet_tf.tf_checkpoint import damage_error
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.task_model import TaskModel
-from xlnet_tf.training import TrainConfig, Trainer, predict
+from xlnet_tf.tf_checkpoint import damage_error
+from xlnet_tf.train_config import TrainConfig
+from xlnet_tf.training import Trainer, predict
 
 log = logging.getLogger(__name__)
 
