@@ -10,6 +10,7 @@ Prompts: 20 WikiText-2 sentences of 3 to 60+ pieces, tokenised with the released
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -118,6 +119,33 @@ def test_memory_length_and_eos_as_hf(hf, gen, prompts):
     assert raw[0, :k + 1].tolist() == full[0][:k + 1] and (raw[0, k + 1:] == 5).all()
     for row, r in zip(raw.tolist(), ref):  # HF stops when every row has ended; rows are padded to the longest
         assert row[:len(r)] == r and all(t == 5 for t in row[len(r):])
+
+
+@pytest.mark.parametrize("path", ["kernels", "graph"])
+def test_projected_positions_equal_a_steps_own(gen, prompts, path):
+    """The loop multiplies each block's positional tables once (``XLNetModel.projected_positions``): a step
+    given them returns exactly what a step multiplying its own returns, on the compiled attention and the graph's."""
+    from xlnet_tf import accel
+
+    model, (_, ids) = gen.model, prompts
+    prompt = np.array([ids[5][:12], ids[6][:12]], np.int32)
+    context = accel.portable_graph() if path == "graph" else contextlib.nullcontext()
+    with context:
+        _, hidden = next_token_logits(model, prompt)
+        mems = [b.rel_attn.memory_kv(h[:, :-1]) for b, h in zip(model.blocks, hidden)]
+        window = prompt[:, -2:]
+        own, own_hidden = next_token_logits(model, window, mems=mems)
+        positions = model.projected_positions(3, 11 + 3)
+        given, given_hidden = next_token_logits(model, window, mems=mems, positions=positions)
+        zeroed = positions._replace(projected=tuple((0 * s, 0 * c) for s, c in positions.projected))
+        ignored, _ = next_token_logits(model, window, mems=mems, positions=zeroed)
+    np.testing.assert_array_equal(given.numpy(), own.numpy())
+    for a, b in zip(given_hidden, own_hidden):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert np.abs(ignored.numpy() - own.numpy()).max() > 1e-3  # the step reads the tables it is given
+    with pytest.raises(ValueError, match="no dropout"):
+        XLNetModel(model.config.replace(dropout=0.1))(window, positions=model.projected_positions(2, 2),
+                                                      training=True)
 
 
 @pytest.mark.slow

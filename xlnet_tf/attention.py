@@ -125,9 +125,10 @@ class RelativeAttention(keras.layers.Layer):
     and 2 (output), query stream 5 and 6.
     """
 
-    def __init__(self, config, shared_biases: Optional[Dict] = None, **kwargs):
+    def __init__(self, config, shared_biases: Optional[Dict] = None, index: int = 0, **kwargs):
         super().__init__(name="rel_attn", **kwargs)
         self.config = c = config
+        self.index = index  # the block's: its tables in a ``PositionalBasis.projected``
         init = keras.initializers.RandomNormal(stddev=c.initializer_range)
         proj = (c.d_model, c.n_head, c.d_head)
         self.q = self.add_weight(name="q", shape=proj, initializer=init)
@@ -187,7 +188,10 @@ class RelativeAttention(keras.layers.Layer):
         return tf.reshape(x, tf.stack([shape[0], shape[2], self.config.n_head * self.config.d_head]))
 
     def positional_tables(self, basis: PositionalBasis, dtype):
-        """The factored projections (sin |d|f) W_sin and (cos |d|f) W_cos, each [R, n*h]."""
+        """The factored projections (sin |d|f) W_sin and (cos |d|f) W_cos, each [R, n*h] (this block's from
+        ``basis.projected`` where they were multiplied once for a loop of steps)."""
+        if basis.projected is not None:
+            return tuple(tf.cast(t, dtype) for t in basis.projected[self.index])
         w = self.flat_kernel(self.r)
         half = self.config.d_model // 2
         w_sin = tf.slice(w, [0, 0], [half, -1])

@@ -20,7 +20,7 @@ class XLNetBlock(keras.layers.Layer):
         self.config = config
         self.index = index
         with keras.name_scope(self.name):  # variable paths xlnet/layer_{i}/rel_attn/q, ...
-            self.rel_attn = RelativeAttention(config, shared_biases, dtype=self.dtype_policy)
+            self.rel_attn = RelativeAttention(config, shared_biases, index=index, dtype=self.dtype_policy)
             self.ff = FeedForward(config, dtype=self.dtype_policy)
         self.built = True
 

@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional, Tuple
 
 import keras
 import tensorflow as tf
@@ -50,11 +50,16 @@ class PositionalBasis(NamedTuple):
     W_r = [W_sin; W_cos] is sign(d) sin(|d| f) W_sin + cos(|d| f) W_cos. Each block then multiplies only the
     sin and cos tables of the distinct |d| (half the rows of the bidirectional encoding, half the columns each:
     a quarter of the multiply-adds of the [rlen, d_model] x [d_model, n*h] projection) and picks rows.
+
+    ``projected``: every block's tables already multiplied, (sin W_sin, cos W_cos) [R, n*h] each, block i's at i
+    (``XLNetModel.projected_positions``): a loop of steps of one shape (generation: the same query and key lengths
+    in every step) multiplies them once, not in every step. None: each block multiplies its own.
     """
     sin: tf.Tensor    # [R, d_model / 2] for |d| = 0 .. R-1
     cos: tf.Tensor    # [R, d_model / 2]
     index: tf.Tensor  # int32 [pb, rlen]: |d| of each encoding row
     sign: tf.Tensor   # [pb, rlen]: sign(d) (0 for d = 0, where the sin term is 0)
+    projected: Optional[Tuple[Tuple[tf.Tensor, tf.Tensor], ...]] = None
 
 
 def positional_basis(qlen, klen, d_model: int, attn_type: str, bi_data: bool, clamp_len: int,

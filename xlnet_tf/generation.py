@@ -72,10 +72,11 @@ def left_pad(prompts: Sequence[Sequence[int]], pad_id: int, multiple: int = SERV
     return ids, mask
 
 
-def next_token_logits(model, input_ids, padding_mask=None, mems=None, mem_padding_mask=None):
+def next_token_logits(model, input_ids, padding_mask=None, mems=None, mem_padding_mask=None, positions=None):
     """One prediction step: a placeholder appended to ``input_ids`` [b, q], hidden by ``perm_mask``, selected by
     ``target_mapping``; returns (logits [b, V] float32 of the token at the placeholder, the content-stream inputs
-    of each layer [b, q, d] for the given positions: what they contribute to the memory)."""
+    of each layer [b, q, d] for the given positions: what they contribute to the memory). ``positions``: the
+    step's relative positions, projected once for the loop (``XLNetModel.projected_positions``)."""
     bsz, qlen = tf.shape(input_ids)[0], tf.shape(input_ids)[1]
     ids = tf.concat([tf.cast(input_ids, tf.int32), tf.fill([bsz, 1], DUMMY_ID)], axis=1)
     if padding_mask is not None:
@@ -84,7 +85,8 @@ def next_token_logits(model, input_ids, padding_mask=None, mems=None, mem_paddin
     perm_mask = tf.tile(last[None, None, :], [bsz, qlen + 1, 1])  # nobody sees the placeholder
     target_mapping = tf.tile(last[None, None, :], [bsz, 1, 1])
     out = model(ids, padding_mask=padding_mask, mems=mems, mem_padding_mask=mem_padding_mask,
-                perm_mask=perm_mask, target_mapping=target_mapping, output_hidden_states=True, training=False)
+                perm_mask=perm_mask, target_mapping=target_mapping, output_hidden_states=True, training=False,
+                positions=positions)
     logits = model.lm_logits(out["query_output"][:, 0])
     return logits, [h[:, :qlen] for h in out["hidden_states"][:model.n_layer]]
 
@@ -158,6 +160,9 @@ def generate_graph(model, input_ids, padding_mask, do_sample: bool, c: dict, rep
     mems = [t for a, h in zip(attn, hidden) for t in a.memory_kv(fit(h[:, :-1], 0.0))]
     mem_mask = fit(padding_mask[:, :-1], 0)
     columns = tf.range(n_new)[None, :]
+    # Every step has the same shape (2 window positions + the placeholder over the memory's fixed slots): its
+    # positional tables are multiplied once, here, not in each step.
+    positions = model.projected_positions(3, capacity + 3)
     out = tf.where(tf.equal(columns, 0), first[:, None], tf.fill(tf.stack([bsz, n_new]), pad_id))  # [b, n_new]
 
     def cond(step, prev, cur, finished, out, mem_mask, *mems):
@@ -172,7 +177,7 @@ def generate_graph(model, input_ids, padding_mask, do_sample: bool, c: dict, rep
                 step = tf.identity(step)
         window = tf.stack([prev, cur], axis=1)
         kv = [KeyValueMemory(*mems[2 * i:2 * i + 2]) for i in range(len(attn))]
-        logits, hidden = next_token_logits(model, window, mems=kv, mem_padding_mask=mem_mask)
+        logits, hidden = next_token_logits(model, window, mems=kv, mem_padding_mask=mem_mask, positions=positions)
         new, finished = pick(logits, step, finished)
         mems = [tf.concat([m[:, 1:], n], axis=1)  # the oldest position out, ``prev`` in
                 for a, h, old in zip(attn, hidden, kv) for m, n in zip(old, a.memory_kv(h[:, :1]))]

@@ -11,7 +11,7 @@ from xlnet_tf import checkpoint, paths
 from xlnet_tf.attention import KeyValueMemory, LayerInputs
 from xlnet_tf.block import XLNetBlock
 from xlnet_tf.config import XLNetConfig
-from xlnet_tf.encodings import RelativePositionalEncoding
+from xlnet_tf.encodings import PositionalBasis, RelativePositionalEncoding
 from xlnet_tf.masks import attention_masks, segment_diff
 
 
@@ -130,9 +130,12 @@ class XLNetModel(keras.Model):
     def call(self, input_ids, segment_ids=None, padding_mask=None, mems: Optional[Sequence] = None,
              perm_mask=None, target_mapping=None, training=False,
              output_hidden_states: bool = False, mem_padding_mask=None,
-             mask_emb_positions=None) -> Dict[str, object]:
+             mask_emb_positions=None, positions: Optional[PositionalBasis] = None) -> Dict[str, object]:
         """``mask_emb_positions`` [b, L] (1 = the content stream reads ``mask_emb`` there instead of the word
-        embedding): the masked-LM objective's masked inputs; the query stream always starts from ``mask_emb``."""
+        embedding): the masked-LM objective's masked inputs; the query stream always starts from ``mask_emb``.
+        ``positions``: this call's relative positions with every block's tables already projected
+        (``projected_positions`` of the same query and key lengths; no dropout on them): what a loop of steps
+        of one shape computes once (generation); None: computed here."""
         c = self.config
         input_ids = tf.cast(input_ids, tf.int32)
         shape = tf.shape(input_ids)
@@ -157,8 +160,11 @@ class XLNetModel(keras.Model):
                                                          mem_padding_mask if mems is not None else None)
         if target_mapping is not None:
             target_mapping = tf.cast(target_mapping, dtype)
+        if positions is not None and pos_dropout:
+            raise ValueError("positions: precomputed positions carry no dropout (call with training=False)")
         inputs = LayerInputs(
-            pos_emb=self.positional_encoding(qlen, klen, bsz, seed=seed, ops=chosen.ops),
+            pos_emb=positions if positions is not None else self.positional_encoding(qlen, klen, bsz, seed=seed,
+                                                                                     ops=chosen.ops),
             ef_diff=segment_diff(segment_ids, mlen) if segment_ids is not None else None,
             content_blocked=content_blocked, query_blocked=query_blocked, target_mapping=target_mapping,
             seed=seed, training=training, paths=chosen)
@@ -201,6 +207,14 @@ class XLNetModel(keras.Model):
         if g is None:
             return tf.recompute_grad(lambda h_: block(h_, None, mem, inputs=inputs)[0])(h), None
         return tuple(tf.recompute_grad(lambda h_, g_: block(h_, g_, mem, inputs=inputs))(h, g))
+
+    def projected_positions(self, qlen, klen) -> PositionalBasis:
+        """The relative positions of a call of ``qlen`` queries over ``klen`` keys (memory + queries), without
+        dropout, with every block's projected tables (``PositionalBasis.projected``): pass them as ``positions``
+        to each of a loop's calls of that shape, so the loop multiplies the tables once."""
+        basis = self.positional_encoding(*(tf.convert_to_tensor(n, tf.int32) for n in (qlen, klen, 1)))
+        return basis._replace(projected=tuple(b.rel_attn.positional_tables(basis, self.compute_dtype)
+                                              for b in self.blocks))
 
     def lm_logits(self, hidden) -> tf.Tensor:
         """[..., d_model] -> [..., n_token] float32: tied to the word embedding plus the checkpoint's lm bias.
