@@ -26,6 +26,7 @@ import generate  # noqa: E402
 from tests.cli_util import call, refused  # noqa: E402
 from tests.conftest import shared_path  # noqa: E402
 from xlnet_tf import XLNetModel, XLNetTokenizer  # noqa: E402
+from xlnet_tf.attention import KeyValueMemory  # noqa: E402
 from xlnet_tf.generation import GenerationOptions, Generator, left_pad, next_token_logits  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -131,17 +132,18 @@ def test_projected_positions_equal_a_steps_own(gen, prompts, path):
     prompt = np.array([ids[5][:12], ids[6][:12]], np.int32)
     context = accel.portable_graph() if path == "graph" else contextlib.nullcontext()
     with context:
-        _, hidden = next_token_logits(model, prompt)
-        mems = [b.rel_attn.memory_kv(h[:, :-1]) for b, h in zip(model.blocks, hidden)]
+        _, rows = next_token_logits(model, prompt)
+        mems = [KeyValueMemory(kv.k[:, :-1], kv.v[:, :-1]) for kv in rows]
         window = prompt[:, -2:]
-        own, own_hidden = next_token_logits(model, window, mems=mems)
+        own, own_rows = next_token_logits(model, window, mems=mems)
         positions = model.projected_positions(3, 11 + 3)
-        given, given_hidden = next_token_logits(model, window, mems=mems, positions=positions)
+        given, given_rows = next_token_logits(model, window, mems=mems, positions=positions)
         zeroed = positions._replace(projected=tuple((0 * s, 0 * c) for s, c in positions.projected))
         ignored, _ = next_token_logits(model, window, mems=mems, positions=zeroed)
     np.testing.assert_array_equal(given.numpy(), own.numpy())
-    for a, b in zip(given_hidden, own_hidden):
-        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    for a, b in zip(given_rows, own_rows):
+        np.testing.assert_array_equal(a.k.numpy(), b.k.numpy())
+        np.testing.assert_array_equal(a.v.numpy(), b.v.numpy())
     assert np.abs(ignored.numpy() - own.numpy()).max() > 1e-3  # the step reads the tables it is given
     with pytest.raises(ValueError, match="no dropout"):
         XLNetModel(model.config.replace(dropout=0.1))(window, positions=model.projected_positions(2, 2),

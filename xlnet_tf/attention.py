@@ -61,9 +61,12 @@ class KeyValueMemory(NamedTuple):
     """A layer's memory already projected by that layer: keys and values [b, mlen, n*h] in the compute dtype
     (``RelativeAttention.memory_kv``). Generation keeps these, so that a step projects only its new positions;
     the keys do not depend on position (relative positions enter through kr), so this equals projecting the
-    memory's hidden states in every step."""
+    memory's hidden states in every step. ``own``: the keys and values of the call's own positions (a
+    ``KeyValueMemory``), which ``XLNetModel.call`` projects before the block and returns (``own_kv``): the
+    caller's next memory rows are taken from them, not projected a second time."""
     k: tf.Tensor
     v: tf.Tensor
+    own: Optional["KeyValueMemory"] = None
 
 
 def rel_shift(x: tf.Tensor, klen) -> tf.Tensor:
@@ -232,8 +235,8 @@ class RelativeAttention(keras.layers.Layer):
         ``KeyValueMemory`` or None) and h, shared by both streams: the graph's k, v [b, n, k, h] and kr
         [pb, n, r, h], or the compiled attention's (``paths.kernel.keys``)."""
         if isinstance(mem, KeyValueMemory):
-            k = tf.concat([mem.k, self.project(h, self.k)], axis=1)
-            v = tf.concat([mem.v, self.project(h, self.v)], axis=1)
+            own = mem.own if mem.own is not None else self.memory_kv(h)
+            k, v = tf.concat([mem.k, own.k], axis=1), tf.concat([mem.v, own.v], axis=1)
         else:
             cat = h if mem is None else tf.concat([tf.cast(mem, h.dtype), h], axis=1)
             k, v = self.project(cat, self.k), self.project(cat, self.v)

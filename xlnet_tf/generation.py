@@ -74,9 +74,10 @@ def left_pad(prompts: Sequence[Sequence[int]], pad_id: int, multiple: int = SERV
 
 def next_token_logits(model, input_ids, padding_mask=None, mems=None, mem_padding_mask=None, positions=None):
     """One prediction step: a placeholder appended to ``input_ids`` [b, q], hidden by ``perm_mask``, selected by
-    ``target_mapping``; returns (logits [b, V] float32 of the token at the placeholder, the content-stream inputs
-    of each layer [b, q, d] for the given positions: what they contribute to the memory). ``positions``: the
-    step's relative positions, projected once for the loop (``XLNetModel.projected_positions``)."""
+    ``target_mapping``; returns (logits [b, V] float32 of the token at the placeholder, each layer's keys and
+    values of the given positions, a ``KeyValueMemory`` [b, q, n*h]: what they contribute to the memory; with a
+    memory, the ones the step's attention projected). ``positions``: the step's relative positions, projected
+    once for the loop (``XLNetModel.projected_positions``)."""
     bsz, qlen = tf.shape(input_ids)[0], tf.shape(input_ids)[1]
     ids = tf.concat([tf.cast(input_ids, tf.int32), tf.fill([bsz, 1], DUMMY_ID)], axis=1)
     if padding_mask is not None:
@@ -88,7 +89,9 @@ def next_token_logits(model, input_ids, padding_mask=None, mems=None, mem_paddin
                 perm_mask=perm_mask, target_mapping=target_mapping, output_hidden_states=True, training=False,
                 positions=positions)
     logits = model.lm_logits(out["query_output"][:, 0])
-    return logits, [h[:, :qlen] for h in out["hidden_states"][:model.n_layer]]
+    if "own_kv" in out:
+        return logits, [KeyValueMemory(kv.k[:, :qlen], kv.v[:, :qlen]) for kv in out["own_kv"]]
+    return logits, [b.rel_attn.memory_kv(h[:, :qlen]) for b, h in zip(model.blocks, out["hidden_states"])]
 
 
 # The options the compiled loop reads as tensors (one trace serves every value): name -> dtype.
@@ -153,11 +156,11 @@ def generate_graph(model, input_ids, padding_mask, do_sample: bool, c: dict, rep
         ids = tf.where(finished, pad_id, choose(logits, step, do_sample, c))
         return ids, finished | tf.equal(ids, c["eos_id"])
 
-    logits, hidden = next_token_logits(model, input_ids, padding_mask)
+    logits, rows = next_token_logits(model, input_ids, padding_mask)
     first, finished = pick(logits, 0, tf.zeros([bsz], tf.bool))
-    attn = [block.rel_attn for block in model.blocks]
+    n_layer = len(rows)
     # Each layer's memory is kept as its keys and values (a step then projects only its new positions).
-    mems = [t for a, h in zip(attn, hidden) for t in a.memory_kv(fit(h[:, :-1], 0.0))]
+    mems = [fit(t[:, :-1], 0.0) for kv in rows for t in (kv.k, kv.v)]
     mem_mask = fit(padding_mask[:, :-1], 0)
     columns = tf.range(n_new)[None, :]
     # Every step has the same shape (2 window positions + the placeholder over the memory's fixed slots): its
@@ -176,11 +179,11 @@ def generate_graph(model, input_ids, padding_mask, do_sample: bool, c: dict, rep
             with tf.control_dependencies([tick]):
                 step = tf.identity(step)
         window = tf.stack([prev, cur], axis=1)
-        kv = [KeyValueMemory(*mems[2 * i:2 * i + 2]) for i in range(len(attn))]
-        logits, hidden = next_token_logits(model, window, mems=kv, mem_padding_mask=mem_mask, positions=positions)
+        kv = [KeyValueMemory(*mems[2 * i:2 * i + 2]) for i in range(n_layer)]
+        logits, rows = next_token_logits(model, window, mems=kv, mem_padding_mask=mem_mask, positions=positions)
         new, finished = pick(logits, step, finished)
-        mems = [tf.concat([m[:, 1:], n], axis=1)  # the oldest position out, ``prev`` in
-                for a, h, old in zip(attn, hidden, kv) for m, n in zip(old, a.memory_kv(h[:, :1]))]
+        mems = [tf.concat([m[:, 1:], n[:, :1]], axis=1)  # the oldest position out, ``prev`` in
+                for old, own in zip(kv, rows) for m, n in ((old.k, own.k), (old.v, own.v))]
         mem_mask = tf.concat([mem_mask[:, 1:], tf.ones([bsz, 1], tf.int32)], axis=1)
         out = tf.where(tf.equal(columns, step), new[:, None], out)
         return (step + 1, cur, new, finished, out, mem_mask, *mems)

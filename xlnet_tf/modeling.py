@@ -42,7 +42,8 @@ class XLNetModel(keras.Model):
     [b, num_predict, d] when ``target_mapping`` is given, and ``new_mems`` (list of n_layer [b, mem_len, d])
     when ``config.mem_len > 0`` (``mem_padding_mask`` [b, mlen], 1 = real, hides padded memory positions: see
     ``masks.py``; ``mems`` may also be each layer's ``attention.KeyValueMemory``, generation's cache, which its
-    owner keeps: no ``new_mems`` then); with ``output_hidden_states=True`` also ``hidden_states``: the content stream
+    owner keeps: no ``new_mems`` then, but ``own_kv``, each layer's keys and values of the call's positions, the
+    cache's next rows); with ``output_hidden_states=True`` also ``hidden_states``: the content stream
     entering block 0 (the embeddings) and leaving each block, n_layer + 1 tensors [b, q, d] (before the output
     dropout). Mask conventions: see ``xlnet_tf/masks.py``. The run option ``config.accelerate`` names the speed
     paths; ``paths.choose`` hands in, once per call, what applies (``xlnet_tf/paths.py``).
@@ -180,9 +181,12 @@ class XLNetModel(keras.Model):
             g = chosen.ops.dropout(g, c.dropout, seed, 2)
 
         new_mems: List[tf.Tensor] = []
-        hidden = [h]
+        hidden, own_kv = [h], []
         for i, block in enumerate(self.blocks):
             mem = mems[i] if mems is not None else None
+            if projected:  # this call's keys and values, projected once: the block's and the caller's
+                mem = mem._replace(own=block.rel_attn.memory_kv(h))
+                own_kv.append(mem.own)
             if c.mem_len > 0 and not projected:
                 new_mems.append(self._cache_mem(h, mem))
             if c.recompute and training:
@@ -198,6 +202,8 @@ class XLNetModel(keras.Model):
             out["query_output"] = chosen.ops.dropout(g, c.dropout, seed, 5)
         if c.mem_len > 0 and not projected:
             out["new_mems"] = new_mems
+        if projected:
+            out["own_kv"] = own_kv
         return out
 
     @staticmethod
