@@ -1,7 +1,7 @@
 """Greedy generation speed: ours (``xlnet_tf/generation.py``) vs HuggingFace's ``XLNetLMHeadModel.generate``, side by
 side in one run on the same CPU and the same weights, each side in a worker process of its own.
 
-    python benchmarks/generation.py            # XLNet-Base shape (~20-30 min on 2 quiet cores)
+    python benchmarks/generation.py            # XLNet-Base shape (8 to 30 min on 2 quiet cores, by CPU)
     python benchmarks/generation.py --quick    # a smoke run: a tiny model, 4 new tokens (~1 min)
 
 Weights: random, made by HF (``XLNetLMHeadModel(config)``, XLNet-Base's shape: 12 layers x 768, 12 heads, d_inner
@@ -11,7 +11,9 @@ early stop (``eos`` off on both sides). Workers: ours (TensorFlow's default thre
 ``--torch_threads`` entry, each a process of its own, so that PyTorch's OpenMP threads, which spin after each op,
 never run beside TensorFlow's. Each case: one warm-up call per worker (our trace), then ``--reps`` rounds of one
 call per worker, the order alternating between rounds; new tokens/s = batch x new tokens / median seconds; HF's
-figure is its fastest worker (the peer). The ids of every side are compared (``same_ids``).
+figure is its fastest worker (the peer). The ids of every side are compared (``same_ids``). ``--also DIR,...``
+adds one of our workers per other checkout of this project (``git worktree add /tmp/before COMMIT``), each
+importing its own ``xlnet_tf``: a before/after of ours, interleaved with the rest (``--torch_threads ''``: no HF).
 
 Prints a table and writes benchmarks/results/generation.json (``--quick``: generation_quick.json).
 """
@@ -65,6 +67,8 @@ def worker(spec_json):
         return
     new = spec["new_tokens"]
     if spec["side"] == "ours":
+        if spec.get("root"):  # another checkout's library (--also)
+            sys.path.insert(0, spec["root"])
         from xlnet_tf import XLNetModel
         from xlnet_tf.generation import GenerationOptions, Generator
 
@@ -108,6 +112,9 @@ def main():
     ap.add_argument("--torch_threads", default="default,1",
                     help="PyTorch intra-op thread counts, one HF worker each ('default' = its own); the fastest "
                          "is the peer")
+    ap.add_argument("--also", default="", help="other checkouts of this project, comma-separated: one more of our "
+                    "workers each (a before/after)")
+    ap.add_argument("--out", default=None, help="results file name under benchmarks/results")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -116,12 +123,15 @@ def main():
     lengths, batches = ((8, 32), (1, 2)) if args.quick else ((32, 256), (1, 8))
     new_tokens = 4 if args.quick else 64
     reps = args.reps or (2 if args.quick else 3)
-    threads = [t.strip() for t in args.torch_threads.split(",")]
+    threads = [t.strip() for t in args.torch_threads.split(",") if t.strip()]
+    also = [os.path.abspath(d) for d in args.also.split(",") if d]
     log_path = os.path.join(tempfile.gettempdir(), "generation_workers.log")
     rows = []
     with tempfile.TemporaryDirectory() as d, open(log_path, "w") as log:
         Worker(__file__, dict(side="make_weights", shape=shape, dir=d), log, "make_weights").expect("READY")
         workers = [Worker(__file__, dict(side="ours", dir=d, new_tokens=new_tokens), log, "ours")]
+        workers += [Worker(__file__, dict(side="ours", dir=d, new_tokens=new_tokens, root=r), log, f"ours@{r}")
+                    for r in also]
         for t in threads:
             n = os.cpu_count() if t == "default" else int(t)  # torch's default intra-op threads: the cores
             workers.append(Worker(__file__, dict(side="hf", dir=d, new_tokens=new_tokens, threads=n), log,
@@ -137,22 +147,25 @@ def main():
                     for w in (workers if r % 2 == 0 else workers[::-1]):
                         times[w.label].append(json.loads(w.ask(f"run {plen} {bsz}", "RAN"))["seconds"])
                 med = {k: statistics.median(v) for k, v in times.items()}
-                peer = min((k for k in med if k != "ours"), key=med.get)
-                row = {"prompt": plen, "batch": bsz, "new_tokens": new_tokens, "same_ids": same, "hf_peer": peer,
-                       "ours_s": med["ours"], "hf_s": med[peer],
-                       "ours_tok_s": bsz * new_tokens / med["ours"], "hf_tok_s": bsz * new_tokens / med[peer],
-                       "speedup": med[peer] / med["ours"], "medians_s": med, "times": times,
-                       "loadavg": os.getloadavg()[0]}
+                tok_s = {k: bsz * new_tokens / v for k, v in med.items()}
+                row = {"prompt": plen, "batch": bsz, "new_tokens": new_tokens, "same_ids": same,
+                       "ours_s": med["ours"], "ours_tok_s": tok_s["ours"], "tok_s": tok_s, "medians_s": med,
+                       "times": times, "loadavg": os.getloadavg()[0]}
+                peers = [k for k in med if k.startswith("hf_")]
+                if peers:
+                    peer = min(peers, key=med.get)
+                    row.update(hf_peer=peer, hf_s=med[peer], hf_tok_s=tok_s[peer], speedup=med[peer] / med["ours"])
                 rows.append(row)
-                print(f"prompt {plen:4d} batch {bsz}: ours {row['ours_tok_s']:8.1f} tok/s  HF "
-                      f"{row['hf_tok_s']:8.1f} tok/s ({peer})  x{row['speedup']:.2f}  same ids: {same}", flush=True)
+                print(f"prompt {plen:4d} batch {bsz}: " + "  ".join(f"{k} {v:.1f} tok/s" for k, v in tok_s.items())
+                      + (f"  ours/HF x{row['speedup']:.2f}" if peers else "") + f"  same ids: {same}", flush=True)
         rss = {w.label: json.loads(w.ask("stop", "DONE"))["peak_rss_mb"] for w in workers}
-    print("\n| prompt | batch | new tokens | ours tok/s | HF tok/s (threads) | speedup | same ids |")
-    print("|---|---|---|---|---|---|---|")
+    labels = list(rows[0]["tok_s"])
+    print("\n| prompt | batch | new tokens | " + " | ".join(f"{k} tok/s" for k in labels) + " | ours / HF | same ids |")
+    print("|---|---|---|" + "---|" * len(labels) + "---|---|")
     for r in rows:
-        print(f"| {r['prompt']} | {r['batch']} | {r['new_tokens']} | {r['ours_tok_s']:.1f} | {r['hf_tok_s']:.1f} "
-              f"({r['hf_peer'][4:]}) | {r['speedup']:.2f}x | {r['same_ids']} |")
-    name = "generation_quick.json" if args.quick else "generation.json"
+        print(f"| {r['prompt']} | {r['batch']} | {r['new_tokens']} | " + " | ".join(f"{r['tok_s'][k]:.1f}"
+              for k in labels) + f" | {r.get('speedup', float('nan')):.2f}x | {r['same_ids']} |")
+    name = args.out or ("generation_quick.json" if args.quick else "generation.json")
     write_json(os.path.join(ROOT, "benchmarks", "results", name), {
         "shape": shape, "reps": reps, "cpu": cpu_model(), "cores": os.cpu_count(), "torch_threads": threads,
         "versions": versions(["tensorflow", "torch", "transformers"]), "peak_rss_mb": rss, "rows": rows})

@@ -12,6 +12,8 @@ Cases (each in a process of its own, random weights: the cost does not depend on
 * ``serve_b1``: the classifier SavedModel (``ClassifierServing``, L 128, in-graph tokenizer) called with one real
   SST-2 dev sentence at a time, and the same model in-process (``model(features)``, the compiled kernels on)
   on the same ids, to show what the SavedModel loses;
+* ``serve_paths``: one classifier call at batch 1 (T 32 and 128) as the plain graph an export runs, XLA-compiled
+  for the shape, and with the compiled attention kernels (what a SavedModel could carry instead);
 * ``gen_b1``: greedy generation, prompt 32, batch 1, 32 new tokens (``Generator``), per new token.
 
 For each case: warm-up calls, then ``tf.profiler.experimental`` traces ``--steps`` calls. From the trace's host
@@ -33,6 +35,7 @@ from __future__ import annotations
 import argparse
 import collections
 import glob
+import itertools
 import json
 import os
 import statistics
@@ -52,7 +55,7 @@ from bench_util import cpu_model, versions, write_json  # noqa: E402
 
 BASE = dict(n_layer=12, d_model=768, n_head=12, d_head=64, d_inner=3072)
 QUICK = dict(n_layer=2, d_model=768, n_head=12, d_head=64, d_inner=3072)
-CASES = ("train_T8", "train_T16", "train_T32", "serve_b1", "gen_b1")
+CASES = ("train_T8", "train_T16", "train_T32", "serve_b1", "serve_paths", "gen_b1")
 BATCH = 32
 GEN_PROMPT, GEN_NEW = 32, 32
 
@@ -212,14 +215,16 @@ def timed(fn, reps: int):
 
 
 def peak_matmul():
-    """GFLOP/s of one [512, 768] x [768, 3072] float32 matmul (a feed-forward's shape at 512 tokens)."""
+    """The machine's float32 matmul rate, GFLOP/s: [512, 768] x [768, 3072] (a feed-forward's shape at 512
+    tokens), the better of one at a time and two independent ones at once (a step's graph runs two ops at once)."""
     import tensorflow as tf
 
-    a, b = tf.random.normal([512, 768]), tf.random.normal([768, 3072])
-    f = tf.function(lambda: tf.matmul(a, b))
-    f()
-    sec = timed(lambda: f().numpy(), 30)
-    return 2 * 512 * 768 * 3072 / sec / 1e9
+    a, b, c = tf.random.normal([512, 768]), tf.random.normal([768, 3072]), tf.random.normal([768, 3072])
+    one = tf.function(lambda: tf.matmul(a, b))
+    two = tf.function(lambda: (tf.matmul(a, b), tf.matmul(a, c)))
+    flops = 2 * 512 * 768 * 3072
+    one(), two()
+    return max(flops / timed(lambda: one().numpy(), 30), 2 * flops / timed(lambda: [t.numpy() for t in two()], 30)) / 1e9
 
 
 def run_train(cfg, T, steps, logdir):
@@ -264,13 +269,11 @@ def sst2_dev_sentences(n):
 def run_serve(cfg, steps, logdir):
     import numpy as np
     import tensorflow as tf
-
-    tf.get_logger().setLevel("ERROR")  # the in-process model traces once per padded length, on purpose
     import tensorflow_text  # noqa: F401  (registers the SentencePiece op, as a serving process does)
 
     from heads.classification import ClassificationHead
     from tasks.classification.serving import ClassifierServing
-    from xlnet_tf import XLNetConfig
+    from xlnet_tf import XLNetConfig, accel
     from xlnet_tf.task_model import TaskModel
     from xlnet_tf.tokenizer import XLNetTokenizer
 
@@ -278,37 +281,91 @@ def run_serve(cfg, steps, logdir):
     xcfg = XLNetConfig(n_token=32000, ff_activation="gelu", untie_r=True, dropout=0.0, dropatt=0.0, **cfg)
     model = TaskModel(xcfg, ClassificationHead(xcfg.d_model, 2, n_head=xcfg.n_head, d_head=xcfg.d_head), seed=1)
     model.build_with({k: tf.zeros([1, 8], tf.int32) for k in ("input_ids", "segment_ids", "padding_mask")})
+    tf.get_logger().setLevel("ERROR")  # the in-process model traces once per padded length, on purpose
     export_dir = ClassifierServing(model, tok, 128, label_names=["0", "1"]).export(
         os.path.join(tempfile.mkdtemp(), "serve"))
     fn = tf.saved_model.load(export_dir).signatures["serving_default"]
-    texts = sst2_dev_sentences(steps + 20)
-    it = iter(texts)
+    texts = sst2_dev_sentences(steps)
+    it = itertools.cycle(texts)
     call = lambda: fn(text_a=tf.constant([next(it)]))["probabilities"].numpy()
-    for _ in range(10):
+    for _ in texts:  # warm-up: every padded length met once
         call()
     out = profile(call, steps, logdir)
-    # the same ids through the in-process model (its compiled kernels on): what the SavedModel loses
+    # Untraced, on the same texts: the SavedModel from raw text, and the same ids through the in-process model
+    # (its graph as exported, and with the compiled attention kernels on): what the SavedModel loses
     feats = []
-    for t in texts[10:10 + steps]:
+    for t in texts:
         ids = tok.encode(t)[:126] + [tok.sep_id, tok.cls_id]
         n = -(-len(ids) // 8) * 8
         pad = n - len(ids)
         feats.append({"input_ids": np.array([[0] * pad + ids], np.int32),
                       "segment_ids": np.array([[4] * pad + [0] * (len(ids) - 1) + [2]], np.int32),
                       "padding_mask": np.array([[1] * pad + [0] * len(ids)], np.float32)})
-    infer = tf.function(lambda f: model(f, training=False))
+
+    def portable(f):
+        with accel.portable_graph():
+            return model(f, training=False)
+    fns = {"in_process_model_s": tf.function(lambda f: model(f, training=False)),
+           "in_process_export_graph_s": tf.function(portable)}
     for f in feats:
-        infer(f)
-    walls = []
-    for f in feats:
+        for g in fns.values():
+            g(f)
+    walls = {k: [] for k in ["untraced_wall_s", *fns]}
+    for _ in range(3):
         t = time.perf_counter()
-        infer(f)
-        walls.append(time.perf_counter() - t)
-    out["in_process_model_s"] = statistics.median(walls)
+        for _ in texts:
+            call()
+        walls["untraced_wall_s"].append((time.perf_counter() - t) / len(texts))
+        for k, g in fns.items():
+            t = time.perf_counter()
+            for f in feats:
+                g(f)["logits"].numpy()
+            walls[k].append((time.perf_counter() - t) / len(feats))
+    out.update({k: statistics.median(v) for k, v in walls.items()})
     lengths = [f["input_ids"].shape[1] for f in feats]
     out["mean_padded_length"] = float(np.mean(lengths))
     T = int(round(np.mean(lengths)))
     out["flops"] = forward_flops(cfg, 1, T, r_rows=1)
+    return out
+
+
+def run_serve_paths(cfg, reps):
+    """What a SavedModel could carry instead of TensorFlow's plain ops: one classifier call at batch 1, T 32 and
+    128, as the plain graph (what an export runs), XLA-compiled for the call's shape (``jit_compile``: what an
+    export could carry per padded length) and with the compiled attention kernels (in-process only), the same
+    weights, interleaved repetitions."""
+    import numpy as np
+    import tensorflow as tf
+
+    from heads.classification import ClassificationHead
+    from xlnet_tf import XLNetConfig
+    from xlnet_tf.task_model import TaskModel
+
+    tf.get_logger().setLevel("ERROR")
+    models = {}
+    for name, accelerate in (("plain", False), ("kernels", True)):
+        xcfg = XLNetConfig(n_token=32000, ff_activation="gelu", untie_r=True, dropout=0.0, dropatt=0.0,
+                           accelerate=accelerate, **cfg)
+        models[name] = TaskModel(xcfg, ClassificationHead(xcfg.d_model, 2, n_head=xcfg.n_head, d_head=xcfg.d_head),
+                                 seed=1)
+        models[name].build_with({k: tf.zeros([1, 8], tf.int32) for k in ("input_ids", "segment_ids", "padding_mask")})
+    models["kernels"].set_weights(models["plain"].get_weights())
+    fns = {"plain graph (the export)": tf.function(lambda f: models["plain"](f, training=False)),
+           "XLA for the shape": tf.function(lambda f: models["plain"](f, training=False), jit_compile=True),
+           "compiled kernels (in-process)": tf.function(lambda f: models["kernels"](f, training=False))}
+    out = {}
+    for T in (32, 128):
+        f = {"input_ids": tf.constant(np.random.default_rng(T).integers(10, 32000, (1, T)), tf.int32),
+             "segment_ids": tf.zeros([1, T], tf.int32), "padding_mask": tf.zeros([1, T], tf.float32)}
+        ref = fns["plain graph (the export)"](f)["logits"].numpy()
+        times = {k: [] for k in fns}
+        diffs = {k: float(np.abs(fn(f)["logits"].numpy() - ref).max()) for k, fn in fns.items()}
+        for _ in range(reps):
+            for k, fn in fns.items():
+                t = time.perf_counter()
+                fn(f)["logits"].numpy()
+                times[k].append(time.perf_counter() - t)
+        out[f"T{T}"] = {k: {"s": statistics.median(v), "max_logit_diff": diffs[k]} for k, v in times.items()}
     return out
 
 
@@ -329,10 +386,12 @@ def run_gen(cfg, steps, logdir):
     out = profile(call, steps, logdir)
     per = {k: v / GEN_NEW for k, v in out["parts_s"].items()}
     out.update(parts_s=per, busy_s=out["busy_s"] / GEN_NEW, wall_s=out["wall_s"] / GEN_NEW,
+               untraced_wall_s=timed(call, steps) / GEN_NEW,
                top_types_s={k: v / GEN_NEW for k, v in out["top_types_s"].items()})
-    # a step: 3 new positions (the token, its target slot, one more) against the memory (prompt + half the new)
-    klen = GEN_PROMPT + GEN_NEW // 2 + 3
-    f = forward_flops(cfg, 1, 3, klen=klen, rlen=klen + 3, r_rows=1)
+    # a step: 3 positions (the previous token, the newest, the placeholder) over the memory's fixed slots; the
+    # positional tables are projected once per generation (not counted)
+    klen = GEN_PROMPT + GEN_NEW + 1
+    f = forward_flops(cfg, 1, 3, klen=klen, rlen=klen + 3, r_rows=0)
     f["lm_head"] = 2 * cfg["d_model"] * 32000
     out["flops"] = f
     out["weight_bytes"] = 4 * (cfg["n_layer"] * (4 * cfg["d_model"] ** 2 + 2 * cfg["d_model"] * cfg["d_inner"])
@@ -346,6 +405,8 @@ def one(case, cfg, steps):
         out = run_train(cfg, int(case[len("train_T"):]), steps, logdir)
     elif case == "serve_b1":
         out = run_serve(cfg, steps * 4, logdir)
+    elif case == "serve_paths":
+        return {"paths": run_serve_paths(cfg, 5 * steps)}
     else:
         out = run_gen(cfg, max(2, steps // 2), logdir)
     out["peak_matmul_gflops"] = peak_matmul()
@@ -355,6 +416,11 @@ def one(case, cfg, steps):
 def table(results):
     rows = []
     for case, r in results.items():
+        if "paths" in r:
+            for shape, paths in r["paths"].items():
+                rows.append(f"\n{case} batch 1 {shape}: " + ", ".join(
+                    f"{k} {1e3 * v['s']:.1f} ms (logits within {v['max_logit_diff']:.1e})" for k, v in paths.items()))
+            continue
         total = sum(r["parts_s"].values())
         fl = sum(r["flops"].values())
         mm = r["parts_s"].get("matmul", 0.0) + r["parts_s"].get("attention kernels (compiled)", 0.0)
@@ -362,9 +428,13 @@ def table(results):
                     f"(idle {100 * (1 - r['busy_s'] / r['wall_s']):.0f}%), "
                     f"{fl / 1e9:.2f} GFLOP -> {fl / 1e9 / max(mm, 1e-9):.0f} GFLOP/s in matmuls+kernels "
                     f"(peak {r['peak_matmul_gflops']:.0f})")
+        if "weight_bytes" in r:
+            rows.append(f"  weights read per step {r['weight_bytes'] / 1e6:.0f} MB -> {r['weight_bytes'] / 1e9 / mm:.1f} "
+                        "GB/s in matmuls+kernels")
         for k, v in r["parts_s"].items():
             rows.append(f"  {k:52s} {1e3 * v:8.2f} ms {100 * v / total:5.1f}%")
-        for k in ("untraced_wall_s", "forward_s", "forward_backward_s", "update_s", "in_process_model_s"):
+        for k in ("untraced_wall_s", "forward_s", "forward_backward_s", "update_s", "in_process_model_s",
+                  "in_process_export_graph_s"):
             if k in r:
                 rows.append(f"  {k}: {1e3 * r[k]:.1f} ms")
         if "cycled_step_s" in r:
@@ -397,6 +467,9 @@ def main(argv=None) -> int:
         print(table({case: results[case]}), flush=True)
     out = args.out or os.path.join(HERE, "results", "profile_parts_quick.json" if args.quick
                                    else "profile_parts.json")
+    if os.path.exists(out):  # a run of some cases updates those, keeping the others
+        with open(out) as f:
+            results = dict(json.load(f).get("results", {}), **results)
     write_json(out, {"machine": cpu_model(), "config": cfg, "batch": BATCH, "steps": args.steps,
                      "load_avg": os.getloadavg(), "versions": versions(["tensorflow", "keras"]),
                      "results": results})

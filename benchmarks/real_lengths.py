@@ -26,8 +26,10 @@ step (forward, loss, backward, clipping, AdamW update; dropout 0.1) at the batch
 4. **Where the time goes**: forward, forward + backward, and the optimizer update (clip + AdamW) alone, timed
    in each worker at T = 16 (a typical SST-2 batch).
 Serving: texts/s from raw text: our SavedModel (each request in length groups, ``xlnet_tf.export.run_in_groups``;
-and as one call padded to the request's longest, ``ours_one_call``) against HF padded to each call's longest and
-to max_seq_length. A short serving-only run: ``--training 0 --serving_reps 1 --hf_variants hf --hf_threads 2``.
+and as one call padded to the request's longest, ``ours_one_call``; and the export computing in bfloat16,
+``ours_bf16``, with its probabilities' largest difference from the float32 export's) against HF padded to each
+call's longest and to max_seq_length. A short serving-only run: ``--training 0 --serving_reps 1 --hf_variants hf
+--hf_threads 2``.
 """
 
 from __future__ import annotations
@@ -311,12 +313,15 @@ def epoch_table(plans, times, first, L):
 
 # ================================================================================================ serving
 SERVE_BATCHES = {128: ((1, 24), (32, 3)), 512: ((1, 8), (32, 1))}  # (batch size, calls) per max_seq_length
+OURS_SERVING = {"ours": "", "ours_one_call": "one_call_", "ours_bf16": "bf16_"}  # worker -> export (dirs' prefix)
 
 
 def make_serving_models(config, tok, workdir):
     """One random XLNet-Base classifier (``last`` summary, 2 labels), exported as our SavedModels (L 128 and 512,
-    in-graph tokenizer; in length groups, and as one call: ``one_call_L``) and as a HuggingFace directory
-    (``save_pretrained(format="huggingface")``): the same weights on both sides."""
+    in-graph tokenizer; in length groups, as one call: ``one_call_L``, and computing in bfloat16: ``bf16_L``, the
+    same weights in a model built under ``mixed_bfloat16`` as ``--export_precision=bfloat16`` builds it) and as a
+    HuggingFace directory (``save_pretrained(format="huggingface")``): the same weights on every side."""
+    import keras
     import tensorflow as tf
 
     from heads.classification import ClassificationHead
@@ -329,11 +334,20 @@ def make_serving_models(config, tok, workdir):
     model.build_with({k: tf.zeros([1, 8], tf.int32) for k in ("input_ids", "segment_ids", "padding_mask")})
     dirs = {"hf": os.path.join(workdir, "hf")}
     model.save_pretrained(dirs["hf"], format="huggingface")
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        bf16 = TaskModel(cfg, ClassificationHead(cfg.d_model, 2, n_head=cfg.n_head, d_head=cfg.d_head), seed=1)
+        bf16.build_with({k: tf.zeros([1, 8], tf.int32) for k in ("input_ids", "segment_ids", "padding_mask")})
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    bf16.set_weights(model.get_weights())
     for L in SERVE_BATCHES:
         dirs[L] = ClassifierServing(model, tok, L, label_names=["0", "1"]).export(os.path.join(workdir, f"ours_{L}"))
         one_call = ClassifierServing(model, tok, L, label_names=["0", "1"])
         one_call.max_groups = 1
         dirs[f"one_call_{L}"] = one_call.export(os.path.join(workdir, f"ours_one_call_{L}"))
+        dirs[f"bf16_{L}"] = ClassifierServing(bf16, tok, L, label_names=["0", "1"]).export(
+            os.path.join(workdir, f"ours_bf16_{L}"))
     return dirs
 
 
@@ -341,11 +355,11 @@ def build_serving(spec):
     """serve(L, texts) -> probabilities [n, 2] for one call, from raw text."""
     import numpy as np
 
-    if spec["impl"] in ("ours", "ours_one_call"):
+    if spec["impl"] in OURS_SERVING:
         import tensorflow as tf
         import tensorflow_text  # noqa: F401  (registers the SentencePiece op, as a serving process does)
 
-        prefix = "one_call_" if spec["impl"] == "ours_one_call" else ""
+        prefix = OURS_SERVING[spec["impl"]]
         fns = {L: tf.saved_model.load(spec["dirs"][f"{prefix}{L}"]).signatures["serving_default"]
                for L in SERVE_BATCHES}
         return lambda L, texts: fns[L](text_a=tf.constant(texts))["probabilities"].numpy()
@@ -381,8 +395,7 @@ def serving(config, tok, sets, reps, workdir, hf_threads, hf_variants, log):
     texts_path = os.path.join(workdir, "texts.json")
     with open(texts_path, "w") as f:
         json.dump({name: texts for name, (texts, L) in sets.items()}, f)
-    specs = [dict(impl="ours"), dict(impl="ours_one_call")] + [dict(impl=i, threads=t) for t in hf_threads
-                                                                  for i in hf_variants]
+    specs = [dict(impl=i) for i in OURS_SERVING] + [dict(impl=i, threads=t) for t in hf_threads for i in hf_variants]
     workers = [Worker(dict(spec, serving=True, dirs={str(k): v for k, v in dirs.items()}, texts=texts_path,
                            spm=os.path.join(shared_dir(), "spiece", "spiece.model")), log) for spec in specs]
     rows = {}
@@ -401,7 +414,7 @@ def serving(config, tok, sets, reps, workdir, hf_threads, hf_variants, log):
                     per[w.label].append(batch * calls / json.loads(w.ask(cmd, "SERVED"))["seconds"])
             key = f"{name}, batch {batch}"
             rows[key] = {label: round(statistics.median(v), 2) for label, v in per.items()}
-            rows[key]["max_prob_diff_vs_ours"] = max(diffs.values())
+            rows[key]["max_prob_diff_vs_ours"] = {label: float(f"{d:.3g}") for label, d in diffs.items()}
             print(f"serving {key}: {rows[key]}", flush=True)
     for w in workers:
         w.ask("stop", "DONE")
@@ -435,7 +448,7 @@ def main(argv=None) -> int:
     name = f"real_lengths{'_quick' if args.quick else ''}"
     path = os.path.join(HERE, "results", f"{name}.json")
     out = {}
-    if not args.training and os.path.exists(path):  # keep the training part of the last run
+    if os.path.exists(path):  # a run of one part keeps the other part of the last run
         with open(path) as f:
             out = json.load(f)
     os.makedirs(args.workdir, exist_ok=True)

@@ -261,10 +261,11 @@ EXPORT_PROB_TOL = 1e-2
 def test_bf16_export_serves_the_float32_label_from_raw_text(sst2, sst2_classifier, tmp_path):
     """``FineTuner.model_for_inference(precision=...)`` (the runner's export path, ``--export_precision``): a
     float32 and a bfloat16 export of the same trained classifier, loaded in a fresh process with only
-    tensorflow + tensorflow_text and given the raw SST-2 dev sentences, give the same label on >= 99% of them,
-    float32 outputs, probabilities within EXPORT_PROB_TOL, and not identical ones (the bf16 graph computes in
-    bf16)."""
+    tensorflow + tensorflow_text and given raw real text (the 872 SST-2 dev sentences, and 300 IMDB test reviews,
+    read to the export's length), give the same label on >= 99% of each set, float32 outputs, probabilities
+    within EXPORT_PROB_TOL, and not identical ones (the bf16 graph computes in bf16)."""
     import json
+    import tarfile
 
     from tasks.classification.registry import get_task
     from tasks.classification.serving import ClassifierServing
@@ -288,24 +289,38 @@ def test_bf16_export_serves_the_float32_label_from_raw_text(sst2, sst2_classifie
     assert ft.model_for_inference(None, precision="float32") is f32  # already float32: the same model
 
     data_dir = os.path.dirname(shared_path("glue", "SST-2", "dev.tsv"))
-    texts = [ex.text_a for ex in get_task("sst-2").get_examples(data_dir, "dev")]
-    (tmp_path / "texts.json").write_text(json.dumps(texts))
+    sets = {"sst2": [ex.text_a for ex in get_task("sst-2").get_examples(data_dir, "dev")], "imdb": []}
+    with tarfile.open(shared_path("imdb", "aclImdb_v1.tar.gz"), "r:*") as tar:
+        for m in tar:
+            if m.isfile() and "/test/" in m.name and m.name.endswith(".txt") and len(sets["imdb"]) < 300:
+                sets["imdb"].append(tar.extractfile(m).read().decode("utf-8").replace("<br />", " "))
+            if len(sets["imdb"]) == 300:
+                break
+    (tmp_path / "texts.json").write_text(json.dumps(sets))
     run_like_a_server(
-        f"texts = tf.constant(json.load(open({str(tmp_path / 'texts.json')!r})))\n"
+        f"sets = json.load(open({str(tmp_path / 'texts.json')!r}))\n"
         f"for name, path in {exports!r}.items():\n"
-        "    out = tf.saved_model.load(path).signatures['serving_default'](text_a=texts)\n"
-        "    assert {k: v.dtype.name for k, v in out.items() if v.dtype.is_floating} == "
+        "    fn = tf.saved_model.load(path).signatures['serving_default']\n"
+        "    for set_name, texts in sets.items():\n"
+        "        out = fn(text_a=tf.constant(texts))\n"
+        "        assert {k: v.dtype.name for k, v in out.items() if v.dtype.is_floating} == "
         "{'logits': 'float32', 'probabilities': 'float32'}, out\n"
-        f"    np.savez({str(tmp_path)!r} + '/' + name + '.npz', **{{k: v.numpy() for k, v in out.items()}})", tmp_path)
-    ref, got = (np.load(tmp_path / f"{n}.npz") for n in ("float32", "bfloat16"))
-    agree = float(np.mean(ref["label"] == got["label"]))
-    acc = float(np.mean(ref["label"] == sst2["dev"]["label"]))
-    diff = np.abs(ref["probabilities"] - got["probabilities"]).max()
-    print(f"\nexports on SST-2 dev ({len(texts)} raw sentences): float32 accuracy {acc:.3f}; bf16 label = float32 "
-          f"label on {agree:.4f}; probabilities differ by at most {diff:.2e} (tolerance {EXPORT_PROB_TOL})")
-    assert len(ref["label"]) == 872 and acc > 0.6
-    assert agree >= 0.99
-    assert 1e-5 < diff <= EXPORT_PROB_TOL  # bf16 really ran, and within the bound
+        f"        np.savez({str(tmp_path)!r} + f'/{{name}}_{{set_name}}.npz', "
+        "**{k: v.numpy() for k, v in out.items()})", tmp_path)
+    for set_name, texts in sets.items():
+        ref, got = (np.load(tmp_path / f"{n}_{set_name}.npz") for n in ("float32", "bfloat16"))
+        agree = float(np.mean(ref["label"] == got["label"]))
+        diff = np.abs(ref["probabilities"] - got["probabilities"]).max()
+        mean = np.abs(ref["probabilities"] - got["probabilities"]).mean()
+        print(f"\nexports on {set_name} ({len(texts)} raw texts): bf16 label = float32 label on {agree:.4f}; "
+              f"probabilities differ by at most {diff:.2e}, {mean:.1e} on average (tolerance {EXPORT_PROB_TOL})")
+        assert agree >= 0.99
+        assert 1e-5 < diff <= EXPORT_PROB_TOL  # bf16 really ran, and within the bound
+        if set_name == "sst2":
+            acc = float(np.mean(ref["label"] == sst2["dev"]["label"]))
+            print(f"float32 accuracy on SST-2 dev {acc:.3f}, bf16 {np.mean(got['label'] == sst2['dev']['label']):.3f}")
+            assert len(ref["label"]) == 872 and acc > 0.6
+    assert len(sets["imdb"]) == 300
 
 
 def test_export_refuses_16_bit_signature_outputs(tmp_path):

@@ -12,7 +12,10 @@ greedy ids are the same on the same weights (``tests/test_generation.py``):
   (HF's ``offset = 2``: the previous token is recomputed once it can see the newest one), with the memory; the
   window's first position then joins the memory. A step is a forward pass over 3 positions, not the prefix:
   each layer keeps its memory as keys and values (``attention.KeyValueMemory``; HF keeps hidden states and
-  projects the whole memory again in every step), so a step projects only its new positions.
+  projects the whole memory again in every step), so a step projects only its new positions, and the keys and
+  values it projected for the window's first position are the ones that join the memory (``own_kv``). Every
+  step has the same shape, so each block's positional tables are multiplied once, before the loop
+  (``XLNetModel.projected_positions``).
 * ``mem_len=m`` keeps the last m positions of memory, as ``XLNetConfig.mem_len`` means everywhere here; HF
   keeps the same with ``config.mem_len = m + 2`` (its last ``mem_len - 2``). ``None`` keeps everything (HF's
   ``mem_len=None``, its released configs).
