@@ -66,6 +66,64 @@ def test_weight_decay_uses_rule_and_per_variable_lr():
         optimization.AdamW(weight_decay=0.1).apply([tf.zeros(v.shape) for v in variables], variables)
 
 
+def test_balanced_groups_cover_every_index_once():
+    sizes = [100, 3, 50, 50, 7, 1, 90]
+    parts = optimization.balanced_groups(sizes, 2)
+    assert sorted(i for p in parts for i in p) == list(range(len(sizes)))
+    assert all(p == sorted(p) for p in parts)
+    totals = sorted(sum(sizes[i] for i in p) for p in parts)
+    assert totals == [150, 151]  # largest first into the lighter group
+    assert optimization.balanced_groups([5, 5], 4) == [[0], [1]]  # never an empty group
+    assert optimization.balanced_groups([5, 5, 5], 1) == [[0, 1, 2]]
+
+
+@pytest.mark.parametrize("bias_correction", [True, False])
+def test_update_in_groups_is_apply_of_the_scaled_gradients(bias_correction):
+    """AdamW.apply_in_groups (the Trainer's jit "update": one XLA cluster per group, run at once) gives the same
+    weights, moments and step count as apply() on the clipped, layer-scaled gradients, bit for bit (float32:
+    the same operations in the same order), over three steps with decay flags and per-variable LR factors."""
+    model = make_model(dropout=0.0)()
+    variables = model.trainable_variables
+    decay, lr_mult = optimization.decay_flags(model, variables), optimization.layer_decay_factors(
+        model, variables, 0.5, "lr")
+    grad_mult = optimization.layer_decay_factors(model, variables, 0.8, "grad")
+    assert len(set(grad_mult)) > 1 and len(set(lr_mult)) > 1
+
+    def make():
+        keras.utils.set_random_seed(3)
+        m = make_model(dropout=0.0)()
+        vs = m.trainable_variables
+        opt = optimization.AdamW(learning_rate=optimization.WarmupLinearDecay(0.1, 10, 2), weight_decay=0.3,
+                                 bias_correction=bias_correction)
+        opt.set_decay_flags(vs, decay)
+        opt.set_lr_multipliers(vs, lr_mult)
+        opt.build(vs)
+        return vs, opt
+
+    (va, a), (vb, b) = make(), make()
+    rng = np.random.default_rng(0)
+
+    @tf.function(jit_compile=True)
+    def reference(grads, scale):
+        a.apply([g * scale * m if m != 1.0 else g * scale for g, m in zip(grads, grad_mult)], va)
+
+    @tf.function
+    def grouped(grads, scale):
+        b.apply_in_groups(grads, vb, scale, grad_mult, groups=3)
+
+    for step in range(3):
+        grads = [tf.constant(rng.standard_normal(v.shape).astype(np.float32)) for v in va]
+        scale = tf.constant(0.25 + step, tf.float32)
+        reference(grads, scale)
+        grouped(grads, scale)
+    assert int(a.iterations.numpy()) == int(b.iterations.numpy()) == 3
+    moved = max(float(np.max(np.abs(x.numpy() - y))) for x, y in zip(va, [v.numpy() for v in make()[0]]))
+    assert moved > 1e-3  # the steps moved the weights
+    for x, y in zip(list(va) + a._momentums + a._velocities, list(vb) + b._momentums + b._velocities):
+        np.testing.assert_array_equal(x.numpy(), y.numpy(), err_msg=x.path)
+    assert len(b._group_fns) == 3  # built once, reused by every step
+
+
 def _one_step_delta(learning_rate=1e-3, **kw):
     """[((depth, path), weight change)] after one step, in the (stable) order of the trainable variables."""
     kw.setdefault("layer_decay_mode", "lr")
