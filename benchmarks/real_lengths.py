@@ -117,7 +117,10 @@ def step_time(grid_times, T: int) -> float:
 
 # ================================================================================================ workers
 def build_ours(spec):
-    """One training step of our classifier through the Trainer (the runner's path), on the schedule's shapes."""
+    """One training step of our classifier through the Trainer (the runner's path), on the schedule's shapes;
+    ``spec["root"]``: another checkout's library (``--also``)."""
+    if spec.get("root"):
+        sys.path.insert(0, spec["root"])
     import numpy as np
     import tensorflow as tf
 
@@ -167,8 +170,16 @@ def build_ours(spec):
         live = [v for v, g in zip(tvars, grads) if g is not None]
         grads = [g for g in grads if g is not None]
 
+        live_index = tuple(i for i, v in enumerate(tvars) if any(v is w for w in live))
+
+        @tf.function
+        def update(grads):  # the trainer's own update after the gradients: norm, clip, AdamW
+            if hasattr(trainer, "apply_update"):
+                return trainer.apply_update(grads, live_index)
+            return jit_update(grads)  # a checkout from before Trainer.apply_update (--also): its update then
+
         @tf.function(jit_compile=trainer.jit == "update")
-        def update(grads):  # what the trainer's update does after the gradients: norm, clip, AdamW
+        def jit_update(grads):
             grads, _ = tf.clip_by_global_norm(grads, 1.0)
             trainer.optimizer.apply(grads, live)
 
@@ -270,15 +281,19 @@ def worker(spec_json: str) -> None:
 
 class Worker(bench_util.Worker):
     def __init__(self, spec, log):
-        self.impl = spec["impl"]
-        super().__init__(__file__, spec, log, spec["impl"] + (f" {spec['threads']}t" if "threads" in spec else ""))
+        self.impl = spec.get("name", spec["impl"])
+        super().__init__(__file__, spec, log, self.impl + (f" {spec['threads']}t" if "threads" in spec else ""))
         self.ready = json.loads(self.expect("READY"))
 
 
-def time_grid(config, batch, grid, reps, log):
-    """{impl: {T: [seconds...]}}, {impl: {T: first-step seconds}}, {impl: parts at T=16}, {impl: peak RSS}."""
+def time_grid(config, batch, grid, reps, log, also=(), hf=True):
+    """{impl: {T: [seconds...]}}, {impl: {T: first-step seconds}}, {impl: parts at T=16}, {impl: peak RSS};
+    ``also``: {name: checkout} of more of our workers (a before/after); ``hf``: HF's worker too."""
     schedule = list(grid) + [T for _ in range(reps) for T in grid]  # a warm-up step at each length, then rounds
-    workers = [Worker(dict(impl=impl, config=config, batch=batch, schedule=schedule), log) for impl in ("ours", "hf")]
+    workers = [Worker(dict(impl=impl, config=config, batch=batch, schedule=schedule), log)
+               for impl in (("ours", "hf") if hf else ("ours",))]
+    workers += [Worker(dict(impl="ours", name=name, root=root, config=config, batch=batch, schedule=schedule), log)
+                for name, root in dict(also).items()]
     times = {w.impl: {T: [] for T in grid} for w in workers}
     first = {w.impl: {} for w in workers}
     for i, T in enumerate(schedule):
@@ -296,19 +311,24 @@ def time_grid(config, batch, grid, reps, log):
     return times, first, parts, rss, workers[0].ready["jit"]
 
 
-def epoch_table(plans, times, first, L):
-    """Per sampler: batches, padded tokens, shapes met, epoch minutes (steps + ours' compilations)."""
+def epoch_table(plans, times, first, L, default="ours_m2"):
+    """Per sampler: batches, padded tokens, shapes met, epoch minutes (steps + ours' compilations); each
+    ``--also`` worker's epoch with the default sampler (``{name}_m2``)."""
     med = {impl: {T: statistics.median(v) for T, v in t.items()} for impl, t in times.items()}
-    compile_s = statistics.median([max(first["ours"][T] - med["ours"][T], 0.0) for T in first["ours"]])
-    rows = {}
-    for name, plan in plans.items():
-        impl = "hf" if name.startswith("hf") else "ours"
+    compile_of = {impl: statistics.median([max(first[impl][T] - med[impl][T], 0.0) for T in first[impl]])
+                  for impl in med if impl != "hf"}
+
+    def row(plan, impl):
         steps = sum(n * step_time(med[impl], T) for T, n in plan.items())
-        compile_total = compile_s * len(plan) if impl == "ours" else 0.0
-        rows[name] = {"batches": round(sum(plan.values())), "shapes": len(plan),
-                      "padded_tokens_per_batch": round(sum(n * T for T, n in plan.items()) / sum(plan.values()), 1),
-                      "compile_s": round(compile_total, 1), "epoch_minutes": round((steps + compile_total) / 60, 1)}
-    return rows, {impl: {T: round(v, 4) for T, v in m.items()} for impl, m in med.items()}, compile_s
+        compile_total = compile_of.get(impl, 0.0) * len(plan)
+        return {"batches": round(sum(plan.values())), "shapes": len(plan),
+                "padded_tokens_per_batch": round(sum(n * T for T, n in plan.items()) / sum(plan.values()), 1),
+                "compile_s": round(compile_total, 1), "epoch_minutes": round((steps + compile_total) / 60, 1)}
+
+    rows = {name: row(plan, "hf" if name.startswith("hf") else "ours") for name, plan in plans.items()
+            if "hf" in med or not name.startswith("hf")}
+    rows.update({f"{impl}_m2": row(plans[default], impl) for impl in med if impl not in ("ours", "hf")})
+    return rows, {impl: {T: round(v, 4) for T, v in m.items()} for impl, m in med.items()}, compile_of["ours"]
 
 
 # ================================================================================================ serving
@@ -431,6 +451,11 @@ def main(argv=None) -> int:
     ap.add_argument("--max_seq_length", type=int, default=128)
     ap.add_argument("--serving_reps", type=int, default=3, help="interleaved repetitions of the serving timings "
                     "(0: no serving part)")
+    ap.add_argument("--also", default="", help="other checkouts of this project, comma-separated: one more of our "
+                    "training workers each, its epoch with the default sampler (a before/after)")
+    ap.add_argument("--hf_training", type=int, default=1, help="0: no HF training worker (e.g. a before/after "
+                    "with --also: three Base workers at T 128 need more than 24 GiB)")
+    ap.add_argument("--out", default=None, help="results file name under benchmarks/results, without .json")
     ap.add_argument("--training", type=int, default=1, help="0: the serving part only")
     ap.add_argument("--hf_threads", default="2,1", help="torch threads of the HF serving workers (each its own)")
     ap.add_argument("--hf_variants", default="hf,hf_pipeline,hf_fixed", help="HF serving workers: tokenizer + model "
@@ -445,7 +470,7 @@ def main(argv=None) -> int:
     config = QUICK if args.quick else BASE
     tok = XLNetTokenizer(os.path.join(shared_dir(), "spiece", "spiece.model"))
     L, B = args.max_seq_length, args.batch
-    name = f"real_lengths{'_quick' if args.quick else ''}"
+    name = args.out or f"real_lengths{'_quick' if args.quick else ''}"
     path = os.path.join(HERE, "results", f"{name}.json")
     out = {}
     if os.path.exists(path):  # a run of one part keeps the other part of the last run
@@ -487,11 +512,13 @@ def training_part(config, tok, args, L, B, log):
     lengths = [min(len(r) + 2, L) for r in sst2_ids(tok)]
     plans = epoch_plans(lengths, B, L)
     grid = sorted({int(x) for x in args.grid.split(",")} | {L})
-    times, first, parts, rss, jit = time_grid(config, B, grid, args.reps, log)
+    also = {f"ours@{os.path.basename(os.path.normpath(d))}": os.path.abspath(d) for d in args.also.split(",") if d}
+    times, first, parts, rss, jit = time_grid(config, B, grid, args.reps, log, also, hf=bool(args.hf_training))
     rows, med, compile_s = epoch_table(plans, times, first, L)
-    ref = rows["hf_grouped"]["epoch_minutes"]
+    ref_name = "hf_grouped" if "hf_grouped" in rows else "ours_m2"
+    ref = rows[ref_name]["epoch_minutes"]
     print(f"\n| sampler | padded tokens / batch | shapes | epoch (min, {len(lengths) // B} batches of {B}) | "
-          "HF grouped / this |")
+          f"{ref_name} / this |")
     print("|---|---:|---:|---:|---:|")
     for v, r in rows.items():
         print(f"| {v} | {r['padded_tokens_per_batch']:.1f} | {r['shapes']} | {r['epoch_minutes']} | "
