@@ -41,7 +41,6 @@ import os
 import resource
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 

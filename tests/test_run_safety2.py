@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 
 import run_classifier

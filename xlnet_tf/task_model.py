@@ -19,15 +19,15 @@ seq]: each option's sequence is its own document.
 from __future__ import annotations
 
 import logging
-from typing import Dict, Optional
+from typing import Dict
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from xlnet_tf.head import Head
 from xlnet_tf import checkpoint
 from xlnet_tf.config import XLNetConfig
+from xlnet_tf.head import Head
 from xlnet_tf.masks import hidden_memory_mask, next_mem_padding_mask
 from xlnet_tf.modeling import WrapsBackbone, XLNetModel
 

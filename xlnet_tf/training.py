@@ -37,7 +37,7 @@ import shutil
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import keras
 import numpy as np
@@ -45,8 +45,8 @@ import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
 from xlnet_tf import hardware, optimization
-from xlnet_tf.tf_checkpoint import CheckpointError, check_readable
 from xlnet_tf.fileutil import write_json
+from xlnet_tf.tf_checkpoint import CheckpointError, check_readable
 from xlnet_tf.train_config import TrainConfig  # noqa: F401  (the loop's options: training.TrainConfig)
 
 log = logging.getLogger(__name__)

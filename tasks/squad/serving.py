@@ -326,7 +326,7 @@ def best_spans(outputs: Dict[str, tf.Tensor], windows: Dict, tokens: Dict, conte
     chosen = tf.math.unsorted_segment_min(tf.where(is_best, cand, _BIG), flat_ex, batch)
     found = chosen < _BIG
     chosen = tf.where(found, chosen, 0)
-    w, j = chosen // kk, chosen % kk
+    w = chosen // kk
     doc_start = _at(windows["doc_start"], w, 0)
     t0 = doc_start + _at(tf.reshape(start, [-1]), chosen, 0)
     t1 = doc_start + _at(tf.reshape(e_ix, [-1]), chosen, 0)
