@@ -13,6 +13,7 @@ compute capability 8.0 (Ampere) and float16 tensor-core matmuls from 7.0 (Volta)
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import FrozenSet, Optional, Sequence, Tuple
 
 # The compute precisions (Keras policies) every part of the project accepts; stated here only.
@@ -43,6 +44,14 @@ SLOW_ON_CPU = {
     "mixed_float16": "float16 ran at 0.65x float32 on a 2048x2048 matmul and at 0.60x on a small SQuAD "
                      "fine-tuning step (whole-step XLA)",
 }
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask on Linux, else every CPU), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def read_cpuinfo(path: str = "/proc/cpuinfo") -> str:

@@ -162,11 +162,7 @@ def update_groups() -> int:
     """How many XLA clusters update the weights at once under ``jit_compile="update"``: the CPUs this process may
     use, at most 4 (measured on 2 cores, XLNet-Base: 2 and 4 groups alike, 0.12-0.13 s against 0.19-0.23 s as
     one cluster)."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cpus = os.cpu_count() or 1
-    return max(1, min(4, cpus))
+    return min(4, hardware.usable_cpus())
 
 
 def default_jit(strategy: tf.distribute.Strategy, precision: str = "float32") -> str:

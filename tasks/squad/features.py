@@ -36,6 +36,7 @@ import numpy as np
 
 from data import tfrecord_io
 from tasks.squad.metrics import normalize_answer
+from xlnet_tf import hardware
 from xlnet_tf.fileutil import stat_identity, write_json
 from xlnet_tf.tokenizer import SPIECE_UNDERLINE, WHOLE_CHARS, XLNetTokenizer, text_parts
 
@@ -532,8 +533,7 @@ def iter_squad_features(examples: Sequence, tokenizer: XLNetTokenizer, index: Sq
     stats = index.stats
     stats.update(examples=len(examples), features=0, unmappable=[], truncated_questions=0, multi_window=0)
     if num_workers is None:  # one CPU stays with this process, which serialises the records
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        num_workers = min(cpus, 9) - 1
+        num_workers = min(hardware.usable_cpus(), 9) - 1
     if num_workers <= 1 or len(groups) < MIN_GROUPS_FOR_POOL:
         results: Iterable = (_encode_group(tokenizer, g, cfg) for g in groups)
         pool = None
