@@ -417,17 +417,14 @@ class Trainer:
         (``AdamW.apply_in_groups``); the same arithmetic as clipping the gradients and applying them."""
         tvars, groups = self.train_vars, update_groups()
 
-        def norm_and_factor(grads):
-            gnorm = tf.linalg.global_norm(grads)
-            if not clip:
-                return gnorm, tf.constant(1.0)
-            c = tf.constant(clip, tf.float32)  # tf.clip_by_global_norm's factor, NaN when the norm is not finite
-            return gnorm, c * tf.minimum(1.0 / gnorm, 1.0 / c) + (gnorm - gnorm)
-
         def update(grads, live):
-            gnorm, factor = norm_and_factor(grads)
+            gnorm = tf.linalg.global_norm(grads)
+            factor = None
+            if clip:  # tf.clip_by_global_norm's factor, NaN when the norm is not finite
+                c = tf.constant(clip, tf.float32)
+                factor = c * tf.minimum(1.0 / gnorm, 1.0 / c) + (gnorm - gnorm)
             mult = None if self.grad_mult is None else [self.grad_mult[i] for i in live]
-            self.optimizer.apply_in_groups(grads, [tvars[i] for i in live], factor if clip else None, mult, groups)
+            self.optimizer.apply_in_groups(grads, [tvars[i] for i in live], factor, mult, groups)
             return gnorm
 
         return update
