@@ -26,8 +26,8 @@ import logging
 import run_common
 import run_flags
 import run_main
-from tasks import runner
-from tasks.classification import features as cls_data
+from xlnet_tf.tasks import runner
+from xlnet_tf.tasks.classification import features as cls_data
 from xlnet_tf.fileutil import atomic_path, atomic_write
 
 
@@ -86,7 +86,7 @@ class FeatureRun(runner.TaskSpec):
         self.layers, self.pooling, self.output_file = layers, pooling, output_file
 
     def head(self):
-        from heads.features import FeatureHead
+        from xlnet_tf.heads.features import FeatureHead
 
         return FeatureHead(self.options.config.n_layer, self.layers, self.pooling)
 

@@ -15,9 +15,9 @@ import logging
 import run_common
 import run_flags
 import run_main
-from tasks.classification.registry import get_task
-from tasks.classification.run import ClassifierRun
-from tasks.runner import check_long_doc
+from xlnet_tf.tasks.classification.registry import get_task
+from xlnet_tf.tasks.classification.run import ClassifierRun
+from xlnet_tf.tasks.runner import check_long_doc
 
 log = logging.getLogger("run_classifier")
 

@@ -12,7 +12,7 @@ import os
 from typing import Dict, Optional, Sequence
 
 import run_state
-from tasks import runner
+from xlnet_tf.tasks import runner
 from xlnet_tf import XLNetConfig, XLNetTokenizer, checkpoint, ram
 from xlnet_tf.config import describe_activation
 from xlnet_tf.hardware import POLICY_OF_DTYPE as EXPORT_PRECISIONS  # --export_precision -> the export's policy

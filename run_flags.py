@@ -15,8 +15,8 @@ import os
 
 from absl import flags
 
-from heads import DEFAULT_SUMMARY, SUMMARY_TYPES
-from tasks.runner import Plan, TaskOptions
+from xlnet_tf.heads import DEFAULT_SUMMARY, SUMMARY_TYPES
+from xlnet_tf.tasks.runner import Plan, TaskOptions
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.hardware import POLICY_OF_DTYPE, PRECISIONS
 from xlnet_tf.train_config import LAYER_DECAY_MODES, TrainConfig

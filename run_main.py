@@ -45,7 +45,7 @@ from absl import flags
 
 import run_flags
 import run_state
-from tasks.health import NotLearning
+from xlnet_tf.tasks.health import NotLearning
 
 _QUIET_TF = "TF_CPP_MIN_LOG_LEVEL" not in os.environ  # the user did not ask for TensorFlow's C++ lines
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")

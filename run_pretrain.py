@@ -33,8 +33,8 @@ import os
 import run_common
 import run_flags
 import run_main
-from tasks.pretrain.run import PretrainSpec  # (no TensorFlow: its defaults are the flags')
-from tasks.pretrain.run import PretrainPlan, expand_inputs, run, spiece_model
+from xlnet_tf.tasks.pretrain.run import PretrainSpec  # (no TensorFlow: its defaults are the flags')
+from xlnet_tf.tasks.pretrain.run import PretrainPlan, expand_inputs, run, spiece_model
 from xlnet_tf import XLNetTokenizer
 
 

@@ -32,8 +32,8 @@ import logging
 import run_common
 import run_flags
 import run_main
-from tasks.race import reader as race_task
-from tasks.race.run import RaceData, RaceRun, race_train_sources  # (no TensorFlow: RaceData's defaults are the flags')
+from xlnet_tf.tasks.race import reader as race_task
+from xlnet_tf.tasks.race.run import RaceData, RaceRun, race_train_sources  # (no TensorFlow: RaceData's defaults are the flags')
 
 
 def define_flags(fv) -> None:

@@ -37,9 +37,9 @@ import logging
 import run_common
 import run_flags
 import run_main
-from tasks.squad import reader as squad_task
-from tasks.squad.run import SquadOptions  # (no TensorFlow: its defaults are the flags')
-from tasks.squad.run import SquadRun
+from xlnet_tf.tasks.squad import reader as squad_task
+from xlnet_tf.tasks.squad.run import SquadOptions  # (no TensorFlow: its defaults are the flags')
+from xlnet_tf.tasks.squad.run import SquadRun
 
 
 def define_flags(fv) -> None:

@@ -51,7 +51,7 @@ def model_config(n_layer):
 
 # ------------------------------------------------------------------------------------------- part 1: accuracy
 def write_slices(work, train_docs, eval_docs, seed=0):
-    from tasks.classification.registry import get_task
+    from xlnet_tf.tasks.classification.registry import get_task
 
     task = get_task("imdb")
     train = task.get_examples(IMDB, "train")
@@ -67,7 +67,7 @@ def write_slices(work, train_docs, eval_docs, seed=0):
             for ex in exs:
                 w.writerow([ex.text_a, ex.label])
     from xlnet_tf import XLNetTokenizer
-    from tasks.classification.features import encode_many
+    from xlnet_tf.tasks.classification.features import encode_many
 
     lengths = sorted(len(x) + 2 for x in encode_many(XLNetTokenizer(SPIECE), [ex.text_a for ex in test]))
     pct = lambda q: lengths[min(int(q * len(lengths)), len(lengths) - 1)]  # noqa: E731
@@ -98,13 +98,13 @@ def scale_worker(length, mode, n_layer, mem_len, reps):
     import numpy as np
     import tensorflow as tf
 
-    from heads.classification import ClassificationHead
-    from tasks.classification import features as F
+    from xlnet_tf.heads.classification import ClassificationHead
+    from xlnet_tf.tasks.classification import features as F
     from xlnet_tf import XLNetConfig, XLNetTokenizer
     from xlnet_tf.task_model import TaskModel
 
     tok = XLNetTokenizer(SPIECE)
-    from tasks.classification.registry import get_task
+    from xlnet_tf.tasks.classification.registry import get_task
 
     exs = get_task("imdb").get_examples(IMDB, "test")[:400]
     ids = []

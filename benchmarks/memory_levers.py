@@ -105,7 +105,7 @@ def worker(spec: dict) -> None:
     rss_import = _status_mb("VmRSS")
     device = "GPU:0" if tf.config.list_physical_devices("GPU") else "CPU:0"  # whose allocator to read
 
-    from heads.classification import ClassificationHead
+    from xlnet_tf.heads.classification import ClassificationHead
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.task_model import TaskModel
     from xlnet_tf.training import TrainConfig, Trainer

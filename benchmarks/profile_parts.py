@@ -271,8 +271,8 @@ def run_serve(cfg, steps, logdir):
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the SentencePiece op, as a serving process does)
 
-    from heads.classification import ClassificationHead
-    from tasks.classification.serving import ClassifierServing
+    from xlnet_tf.heads.classification import ClassificationHead
+    from xlnet_tf.tasks.classification.serving import ClassifierServing
     from xlnet_tf import XLNetConfig, accel
     from xlnet_tf.task_model import TaskModel
     from xlnet_tf.tokenizer import XLNetTokenizer
@@ -337,7 +337,7 @@ def run_serve_paths(cfg, reps):
     import numpy as np
     import tensorflow as tf
 
-    from heads.classification import ClassificationHead
+    from xlnet_tf.heads.classification import ClassificationHead
     from xlnet_tf import XLNetConfig
     from xlnet_tf.task_model import TaskModel
 

@@ -65,7 +65,7 @@ def shared_dir() -> str:
 
 def sst2_ids(tok):
     """Token ids of every SST-2 train sentence, as the classifier lays them out (A <sep> <cls>), truncated."""
-    from tasks.classification.registry import get_task
+    from xlnet_tf.tasks.classification.registry import get_task
 
     task = get_task("sst-2")
     exs = task.get_examples(os.path.join(shared_dir(), "glue", "SST-2"), "train")
@@ -123,7 +123,7 @@ def build_ours(spec):
     import numpy as np
     import tensorflow as tf
 
-    from heads.classification import ClassificationHead
+    from xlnet_tf.heads.classification import ClassificationHead
     from xlnet_tf import XLNetConfig
     from xlnet_tf.task_model import TaskModel
     from xlnet_tf.training import TrainConfig, Trainer, loss_fn
@@ -343,8 +343,8 @@ def make_serving_models(config, tok, workdir):
     import keras
     import tensorflow as tf
 
-    from heads.classification import ClassificationHead
-    from tasks.classification.serving import ClassifierServing
+    from xlnet_tf.heads.classification import ClassificationHead
+    from xlnet_tf.tasks.classification.serving import ClassifierServing
     from xlnet_tf import XLNetConfig
     from xlnet_tf.task_model import TaskModel
 

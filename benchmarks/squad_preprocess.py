@@ -26,11 +26,11 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tasks.squad import features as squad_data  # noqa: E402
-from data import tfrecord_io  # noqa: E402
-from tasks.squad import reader as squad_task  # noqa: E402
-from tasks.squad import metrics as squad_eval
-from tasks.squad import postprocess as squad_postprocess  # noqa: E402
+from xlnet_tf.tasks.squad import features as squad_data  # noqa: E402
+from xlnet_tf.data import tfrecord_io  # noqa: E402
+from xlnet_tf.tasks.squad import reader as squad_task  # noqa: E402
+from xlnet_tf.tasks.squad import metrics as squad_eval
+from xlnet_tf.tasks.squad import postprocess as squad_postprocess  # noqa: E402
 from xlnet_tf.tokenizer import XLNetTokenizer  # noqa: E402
 
 SHARED = os.environ.get("SHARED_DATA") or os.path.join(ROOT, "..", "shared", "data")

@@ -180,7 +180,7 @@ def span_scores(res: Dict, out_dir: str, data: Dict) -> None:
         return
     if ROOT not in sys.path:
         sys.path.insert(0, ROOT)
-    from tasks.squad import metrics as squad_eval
+    from xlnet_tf.tasks.squad import metrics as squad_eval
 
     with open(path) as f:
         preds = json.load(f)

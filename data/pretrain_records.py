@@ -47,7 +47,7 @@ from typing import Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 
-from data import tfrecord_io
+from xlnet_tf.data import tfrecord_io
 from xlnet_tf.fileutil import stat_identity, write_json
 from xlnet_tf.tokenizer import SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SPIECE_UNDERLINE, XLNetTokenizer
 

@@ -37,8 +37,8 @@ import glob
 import os
 from typing import Dict, Optional
 
-from data import tfrecord_io
-from data.pretrain_records import pretrain_record_spec
+from xlnet_tf.data import tfrecord_io
+from xlnet_tf.data.pretrain_records import pretrain_record_spec
 
 def _split_goal(num_predict: int, seq_len: int, reuse_len: int):
     rest = num_predict * (seq_len - reuse_len) // seq_len

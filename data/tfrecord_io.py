@@ -23,7 +23,7 @@ from typing import Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from data import lengths
+from xlnet_tf.data import lengths
 
 # name -> (dtype string: "int64" | "float32" | "string", shape tuple; () for scalars)
 FeatureSpec = Dict[str, Tuple[str, Tuple[int, ...]]]

@@ -16,8 +16,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from heads import DEFAULT_SUMMARY
-from heads.summary import SequenceSummary
+from xlnet_tf.heads import DEFAULT_SUMMARY
+from xlnet_tf.heads.summary import SequenceSummary
 from xlnet_tf.head import Head, hf_linear
 
 

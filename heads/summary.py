@@ -21,7 +21,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from heads import DEFAULT_SUMMARY, SUMMARY_TYPES
+from xlnet_tf.heads import DEFAULT_SUMMARY, SUMMARY_TYPES
 from xlnet_tf.head import hf_linear
 from xlnet_tf.masks import mask_logits
 

@@ -18,8 +18,8 @@ import os
 import time
 from typing import Any, Dict, Optional, Sequence
 
-from data import lengths
-from tasks import health, report
+from xlnet_tf.data import lengths
+from xlnet_tf.tasks import health, report
 from xlnet_tf.fileutil import write_json
 from xlnet_tf.train_config import TrainConfig
 

@@ -277,7 +277,7 @@ def test_parts_are_exact_on_tricky_text(lower, keep_accents, monkeypatch):
     import random
 
     import xlnet_tf.tokenizer as tokenizer_module
-    from tasks.squad import features as squad_features
+    from xlnet_tf.tasks.squad import features as squad_features
     from xlnet_tf.tokenizer import XLNetTokenizer
 
     tok = XLNetTokenizer(shared_path("spiece", "spiece.model"), lower=lower, keep_accents=keep_accents)
@@ -312,7 +312,7 @@ def test_last_ids_and_long_squad_contexts_differ_from_the_whole_only_by_float32_
     broke a tie the other way, and there the part's pieces score at least as well; SQuAD's spans of every word
     that is split the same way are the whole's."""
     import xlnet_tf.tokenizer as tokenizer_module
-    from tasks.squad import features as squad_features
+    from xlnet_tf.tasks.squad import features as squad_features
 
     for review in imdb_reviews[:100]:
         whole = sp_tok.encode(review)
@@ -362,7 +362,7 @@ def test_a_model_that_is_not_whitespace_local_is_encoded_whole(tmp_path, imdb_re
 def test_a_pair_cut_to_each_texts_budget_truncates_the_same():
     """``truncate_pair`` only shortens: each text cut to a single text's budget plus one first gives the same
     features (what ``iter_features`` and ``encode_texts`` rely on)."""
-    from tasks.classification.features import build_features, text_budget
+    from xlnet_tf.tasks.classification.features import build_features, text_budget
 
     for L in (4, 5, 8, 11):
         keep = text_budget(L, pair=False) + 1
@@ -406,13 +406,13 @@ def test_every_reader_of_a_long_text_encodes_what_it_keeps(sp_tok, long_text, lo
     """Classification (one text, a pair, windows), extract_features' texts, RACE articles and SQuAD questions give
     the features of the whole text's ids, and hand SentencePiece a few ten thousand characters of a text of two
     million."""
-    from tasks.classification.features import build_features, build_windows, encode_texts, iter_features, right_align
-    from tasks.classification.reader import Example
-    from tasks.classification.registry import get_task
-    from tasks.race.features import document_features, encode_choices
-    from tasks.race.reader import RaceDocument, RaceExample
-    from tasks.squad.features import build_squad_features
-    from tasks.squad.reader import SquadExample
+    from xlnet_tf.tasks.classification.features import build_features, build_windows, encode_texts, iter_features, right_align
+    from xlnet_tf.tasks.classification.reader import Example
+    from xlnet_tf.tasks.classification.registry import get_task
+    from xlnet_tf.tasks.race.features import document_features, encode_choices
+    from xlnet_tf.tasks.race.reader import RaceDocument, RaceExample
+    from xlnet_tf.tasks.squad.features import build_squad_features
+    from xlnet_tf.tasks.squad.reader import SquadExample
 
     text, ids = long_text
     sep, cls, L = sp_tok.sep_id, sp_tok.cls_id, 64
@@ -474,7 +474,7 @@ def test_a_50_mb_line_costs_what_its_features_keep(tmp_path):
 
 # ------------------------------------------------------------------------------------------- 3. silent surprises
 def test_a_label_column_of_mixed_json_kinds_is_refused_unless_labels_say(glue, tmp_path):
-    from tasks.classification.text import GenericTask
+    from xlnet_tf.tasks.classification.text import GenericTask
 
     data = tmp_path / "data"
     data.mkdir()
@@ -499,7 +499,7 @@ def test_a_label_column_of_mixed_json_kinds_is_refused_unless_labels_say(glue, t
 
 
 def test_impossible_questions_with_answers_are_counted(tmp_path, caplog):
-    from tasks.squad.reader import read_squad_with_version
+    from xlnet_tf.tasks.squad.reader import read_squad_with_version
 
     context = "The cat sat on the mat."
     qas = [{"id": "a", "question": "Who sat?", "is_impossible": False, "answers": [{"text": "cat", "answer_start": 4}]},

@@ -8,14 +8,14 @@ import subprocess
 import numpy as np
 import pytest
 
-from tasks.classification.features import (build_features, encode_many, encode_texts, iter_features, make_dataset,
+from xlnet_tf.tasks.classification.features import (build_features, encode_many, encode_texts, iter_features, make_dataset,
                                  task_features, truncate_pair, write_features)
-from data.tfrecord_io import read_manifest
-from tasks.classification.reader import Example
-from tasks.classification.registry import get_task, task_names
-from tasks.errors import DataError
-from tasks.classification.glue import write_glue_predictions
-from tasks.classification.text import GenericTask
+from xlnet_tf.data.tfrecord_io import read_manifest
+from xlnet_tf.tasks.classification.reader import Example
+from xlnet_tf.tasks.classification.registry import get_task, task_names
+from xlnet_tf.tasks.errors import DataError
+from xlnet_tf.tasks.classification.glue import write_glue_predictions
+from xlnet_tf.tasks.classification.text import GenericTask
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.environ.get("SHARED_DATA") or os.path.join(REPO, "..", "shared", "data")

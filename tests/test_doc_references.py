@@ -112,7 +112,13 @@ def check(word: str, source: str, top: Set[str], paths_only: bool = False) -> Op
     return None
 
 
+# The rooms installed inside the library's namespace (pyproject.toml): xlnet_tf.tasks is the folder tasks/.
+ROOMS = ("heads", "tasks", "data")
+
+
 def _module_file(parts: List[str]) -> Optional[str]:
+    if len(parts) > 1 and parts[0] == "xlnet_tf" and parts[1] in ROOMS:
+        parts = parts[1:]
     base = os.path.join(REPO, *parts)
     for path in (base + ".py", os.path.join(base, "__init__.py")):
         if os.path.isfile(path):

@@ -37,7 +37,7 @@ def extract(d, out, *extra):
 
 @pytest.mark.slow
 def test_vectors_equal_the_backbone_hidden_states(pretrained, tmp_path):
-    from tasks.classification.features import encode_texts
+    from xlnet_tf.tasks.classification.features import encode_texts
     from xlnet_tf import XLNetModel
     from xlnet_tf.tokenizer import XLNetTokenizer
 

@@ -299,7 +299,7 @@ def test_a_three_class_run_writes_per_class_scores_a_confusion_matrix_and_a_curv
 
 
 def test_class_scores_by_hand():
-    from tasks.report import class_scores, class_table
+    from xlnet_tf.tasks.report import class_scores, class_table
 
     gold = [0, 0, 0, 1, 1, 2, 2, 2, 2, 2]
     pred = [0, 0, 1, 1, 1, 2, 2, 0, 0, 0]  # label 1 never wrong as gold; class "c" recall 2/5
@@ -319,7 +319,7 @@ def test_class_scores_by_hand():
 
 
 def test_a_curve_that_cannot_be_drawn_is_a_warning_not_a_failure(tmp_path, caplog, monkeypatch):
-    from tasks import report
+    from xlnet_tf.tasks import report
 
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # as if matplotlib were not installed
     with caplog.at_level(logging.WARNING, logger="report"):

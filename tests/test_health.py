@@ -3,8 +3,8 @@ collapse and the healthy runs that must not warn are in test_run_classifier.py /
 
 import numpy as np
 
-from tasks import health
-from tasks.runner import health_context
+from xlnet_tf.tasks import health
+from xlnet_tf.tasks.runner import health_context
 from xlnet_tf.optimization import auto_bias_correction
 from xlnet_tf.training import TrainConfig
 

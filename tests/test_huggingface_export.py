@@ -17,10 +17,10 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from heads.classification import ClassificationHead  # noqa: E402
-from heads.features import FeatureHead  # noqa: E402
-from heads.multiple_choice import MultipleChoiceHead  # noqa: E402
-from heads.squad import SquadHead  # noqa: E402
+from xlnet_tf.heads.classification import ClassificationHead  # noqa: E402
+from xlnet_tf.heads.features import FeatureHead  # noqa: E402
+from xlnet_tf.heads.multiple_choice import MultipleChoiceHead  # noqa: E402
+from xlnet_tf.heads.squad import SquadHead  # noqa: E402
 import run_classifier  # noqa: E402
 from tests.cli_util import refused, succeeds  # noqa: E402
 from tests.conftest import shared_path, tiny  # noqa: E402
@@ -75,14 +75,14 @@ def dev_rows(task, n):
 @pytest.fixture(scope="module")
 def sst2(tokenizer):
     """Six SST-2 dev sentences as classification features (left-padded, <cls> last)."""
-    from tasks.classification.features import encode_texts
+    from xlnet_tf.tasks.classification.features import encode_texts
 
     return encode_texts(tokenizer, [r["sentence"] for r in dev_rows("SST-2", 6)], max_seq_length=40)
 
 
 @pytest.fixture(scope="module")
 def stsb(tokenizer):
-    from tasks.classification.features import encode_texts
+    from xlnet_tf.tasks.classification.features import encode_texts
 
     rows = dev_rows("STS-B", 5)
     return encode_texts(tokenizer, [r["sentence1"] for r in rows], [r["sentence2"] for r in rows], max_seq_length=48)
@@ -188,8 +188,8 @@ def test_sequence_classification_same_logits_on_glue_dev(task, regression, summa
 
 
 def test_multiple_choice_same_scores_on_race_dev(tokenizer, tmp_path):
-    from tasks.race import reader as race
-    from tasks.race.features import encode_race
+    from xlnet_tf.tasks.race import reader as race
+    from xlnet_tf.tasks.race.features import encode_race
 
     docs = race.read_race_documents(shared_path("race", "RACE.tar.gz"), "dev")[:2]
     examples = [ex for d in docs for ex in d.examples][:3]
@@ -210,8 +210,8 @@ def test_question_answering_same_beams_on_squad_dev(tokenizer, tmp_path):
     """Start and end beams (indices and probabilities) and the answerability logit: HF returns probabilities where
     we return log-probabilities, and orders the end beam [end_n_top, start_n_top] where we (and the original)
     order it [start_n_top, end_n_top]."""
-    from tasks.squad.features import build_squad_features
-    from tasks.squad.reader import read_squad
+    from xlnet_tf.tasks.squad.features import build_squad_features
+    from xlnet_tf.tasks.squad.reader import read_squad
 
     examples = read_squad(shared_path("squad", "dev-v2.0.json"))[:3]
     records, _ = build_squad_features(examples, tokenizer, max_seq_length=64, doc_stride=32, max_query_length=16)
@@ -252,7 +252,7 @@ def test_run_classifier_export_huggingface_gives_the_runs_predictions(sst2_run, 
     """The session's SST-2 run (conftest.sst2_run) wrote its model for transformers with --export_huggingface;
     HF's logits on SST-2 dev rows equal those of the run's checkpoint; an export-only rerun on the finished run
     writes the same weights. A head HF lacks is refused before any work."""
-    from tasks.classification.features import encode_texts, feature_spec
+    from xlnet_tf.tasks.classification.features import encode_texts, feature_spec
     from xlnet_tf.finetune import FineTuner
 
     run, export = sst2_run.dir, sst2_run.hf

@@ -1,6 +1,7 @@
-"""``pip install .`` installs the model library ``xlnet_tf`` (and only it): installed into a temporary target with
-no network, every module of it imports from a directory outside the checkout, with nothing of the task rooms
-(``tasks``, ``heads``, ``data``, ``run_*``) on the path, and the installed model runs."""
+"""``pip install .`` installs the model library ``xlnet_tf`` with the rooms above it inside its namespace
+(``xlnet_tf.heads``, ``xlnet_tf.tasks``, ``xlnet_tf.data``) and nothing else: installed into a temporary target with
+no network, every module imports from a directory outside the checkout, with no top-level ``tasks``, ``heads``,
+``data`` or ``run_*`` on the path, and the installed model runs."""
 
 import os
 import shutil
@@ -22,6 +23,8 @@ for m in pkgutil.walk_packages(xlnet_tf.__path__, "xlnet_tf."):
         importlib.import_module(m.name)
 rooms = sorted(n for n in sys.modules if n.split(".")[0] in ("tasks", "heads", "data", "run_common", "run_state"))
 print("rooms:", rooms)
+print("installed rooms:", sorted(n for n in ("xlnet_tf.heads.classification", "xlnet_tf.tasks.squad.serving",
+                                             "xlnet_tf.data.tfrecord_io") if n in sys.modules))
 from xlnet_tf import XLNetConfig, XLNetModel
 from xlnet_tf.accel import kernels
 print("kernel source:", os.path.isfile(kernels.SOURCE))
@@ -36,8 +39,9 @@ def test_pip_install_gives_the_library_importable_outside_the_checkout(tmp_path)
     src.mkdir()
     for name in ("pyproject.toml", "requirements.txt", "README.md"):
         shutil.copy(os.path.join(REPO, name), src / name)
-    shutil.copytree(os.path.join(REPO, "xlnet_tf"), src / "xlnet_tf",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.so.json", "tmp*"))
+    for room in ("xlnet_tf", "heads", "tasks", "data"):
+        shutil.copytree(os.path.join(REPO, room), src / room,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.so.json", "tmp*"))
     target = tmp_path / "site"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
@@ -57,4 +61,6 @@ def test_pip_install_gives_the_library_importable_outside_the_checkout(tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     lines = r.stdout.splitlines()
     assert lines[0].startswith(str(target) + os.sep), lines[0]
+    assert "installed rooms: ['xlnet_tf.data.tfrecord_io', 'xlnet_tf.heads.classification', " \
+           "'xlnet_tf.tasks.squad.serving']" in lines, r.stdout
     assert "rooms: []" in lines and "kernel source: True" in lines and "output: (1, 3, 64)" in lines, r.stdout

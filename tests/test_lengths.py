@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data import lengths, tfrecord_io
+from xlnet_tf.data import lengths, tfrecord_io
 from xlnet_tf import XLNetConfig
 from xlnet_tf.lengths import padded_length
 from xlnet_tf.task_model import TaskModel
@@ -37,8 +37,8 @@ def test_padded_length_rounds_up_to_8_within_max():
 @pytest.mark.parametrize("head_kind,summary", [("classification", "last"), ("classification", "mean"),
                                                ("race", "last")])
 def test_same_logits_at_any_padded_length(head_kind, summary):
-    from heads.classification import ClassificationHead
-    from heads.multiple_choice import MultipleChoiceHead
+    from xlnet_tf.heads.classification import ClassificationHead
+    from xlnet_tf.heads.multiple_choice import MultipleChoiceHead
 
     rng = np.random.default_rng(0)
     config = XLNetConfig(**CFG)
@@ -123,7 +123,7 @@ def test_default_multiple_by_machine_and_model_size():
 def test_squad_same_predictions_when_right_padding_is_trimmed():
     """SQuAD windows are right-padded (P <sep> Q <sep> <cls> PAD): trimming the trailing columns keeps every
     position, so the head's top starts/ends and answerability logits are the same."""
-    from heads.squad import SquadHead
+    from xlnet_tf.heads.squad import SquadHead
 
     rng = np.random.default_rng(4)
     L, rows = 64, []

@@ -26,7 +26,7 @@ def read_reviews(split, n):
     """The first ``n`` reviews of ``split`` in the tarball (both labels), cleaned as the IMDB reader does."""
     import tarfile
 
-    from tasks.classification.text import ImdbTask
+    from xlnet_tf.tasks.classification.text import ImdbTask
 
     out = {"pos": [], "neg": []}
     with tarfile.open(shared_path("imdb", "aclImdb_v1.tar.gz"), "r:gz") as tar:
@@ -45,7 +45,7 @@ def reviews():
 
 
 def make_model(mem_len, seed=1):
-    from heads.classification import ClassificationHead
+    from xlnet_tf.heads.classification import ClassificationHead
     from xlnet_tf import XLNetConfig
     from xlnet_tf.task_model import TaskModel
 
@@ -57,7 +57,7 @@ def make_model(mem_len, seed=1):
 @pytest.fixture(scope="module")
 def models(tok):
     """(memory model, mem_len 3 windows; truncating model with the same weights, mem_len 0)."""
-    from tasks.classification import features as F
+    from xlnet_tf.tasks.classification import features as F
 
     mem, trunc = make_model(3 * L), make_model(0)
     mem.build_with(F.encode_documents(tok, ["a b c " * 30], L))
@@ -67,7 +67,7 @@ def models(tok):
 
 
 def test_windows_layout(tok):
-    from tasks.classification import features as F
+    from xlnet_tf.tasks.classification import features as F
 
     ids = list(range(100, 170))  # 70 pieces + SEP + CLS = 72 = 3 windows of 32, the first one left-padded
     w = F.build_windows(ids, L, tok.sep_id, tok.cls_id)
@@ -81,7 +81,7 @@ def test_windows_layout(tok):
 
 
 def test_one_window_document_gives_todays_output(tok, models, reviews):
-    from tasks.classification import features as F
+    from xlnet_tf.tasks.classification import features as F
 
     mem, trunc = models
     short = ["A fine film.", "Dull.", reviews[0][:60]]
@@ -96,7 +96,7 @@ def test_one_window_document_gives_todays_output(tok, models, reviews):
 
 
 def test_last_sentence_counts_in_memory_mode_only(tok, models, reviews):
-    from tasks.classification import features as F
+    from xlnet_tf.tasks.classification import features as F
 
     mem, trunc = models
     body = next(r for r in reviews if 70 <= len(tok.encode(r)) <= 100)  # 3-4 windows with the ending
@@ -117,8 +117,8 @@ def test_last_sentence_counts_in_memory_mode_only(tok, models, reviews):
 def test_serving_windows_match_python(tok, reviews):
     import tensorflow as tf
 
-    from tasks.classification import features as F
-    from tasks.classification.serving import document_windows
+    from xlnet_tf.tasks.classification import features as F
+    from xlnet_tf.tasks.classification.serving import document_windows
 
     texts = reviews[:24] + ["Short.", ""]
     ragged = tok.tf_tokenizer().tokenize(tf.constant(texts))
@@ -191,8 +191,8 @@ def test_memory_mode_cli_learns_through_memory_and_exports_text_any_length(tok, 
     # The in-graph path (tokeniser, windows, while_loop) against the Python windows through the trained model.
     import tensorflow as tf
 
-    from heads.classification import ClassificationHead
-    from tasks.classification import features as F
+    from xlnet_tf.heads.classification import ClassificationHead
+    from xlnet_tf.tasks.classification import features as F
     from xlnet_tf import XLNetConfig
     from xlnet_tf.finetune import FineTuner
 
@@ -209,9 +209,9 @@ def test_memory_mode_cli_learns_through_memory_and_exports_text_any_length(tok, 
 
 
 def test_memory_mode_refuses_pair_tasks_and_a_model_without_memory(tok):
-    from tasks.classification.registry import get_task
-    from tasks.classification.run import ClassifierRun
-    from tasks.runner import TaskOptions
+    from xlnet_tf.tasks.classification.registry import get_task
+    from xlnet_tf.tasks.classification.run import ClassifierRun
+    from xlnet_tf.tasks.runner import TaskOptions
     from xlnet_tf import XLNetConfig
 
     def run(task, mem_len):
@@ -228,8 +228,8 @@ def test_memory_mode_refuses_pair_tasks_and_a_model_without_memory(tok):
 
 def test_extract_features_memory_vectors_match_the_model_loop(tok, reviews):
     from extract_features import document_vectors
-    from heads.features import FeatureHead
-    from tasks.classification import features as F
+    from xlnet_tf.heads.features import FeatureHead
+    from xlnet_tf.tasks.classification import features as F
     from xlnet_tf import XLNetConfig
     from xlnet_tf.task_model import TaskModel
 
@@ -253,9 +253,9 @@ def test_extract_features_memory_vectors_match_the_model_loop(tok, reviews):
 
 
 def test_window_batches_bucket_by_count_and_keep_order(tok, reviews, tmp_path):
-    from tasks.classification import features as F
-    from tasks.classification.reader import Example
-    from tasks.classification.registry import get_task
+    from xlnet_tf.tasks.classification import features as F
+    from xlnet_tf.tasks.classification.reader import Example
+    from xlnet_tf.tasks.classification.registry import get_task
 
     task = get_task("imdb")
     texts = [r[:n] for r, n in zip(reviews[:24], [40, 300, 900] * 8)]  # 1, ~3 and ~8+ windows of 32

@@ -5,9 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from tasks.classification.metrics import (accuracy, compute_metrics, error_rate, f1, matthews_corrcoef, pearson,
+from xlnet_tf.tasks.classification.metrics import (accuracy, compute_metrics, error_rate, f1, matthews_corrcoef, pearson,
                                           rankdata, spearman)
-from tasks.classification.registry import get_task
+from xlnet_tf.tasks.classification.registry import get_task
 
 
 def test_hand_computed():
@@ -76,7 +76,7 @@ def test_compute_metrics_per_task():
     assert m == {"accuracy": 0.75, "error_rate": 0.25}
     assert compute_metrics(get_task("rte"), ["entailment"], [0]) == {"accuracy": 1.0}
     # positive class is the label "1", whatever its id
-    from tasks.classification.text import GenericTask
+    from xlnet_tf.tasks.classification.text import GenericTask
 
     t = GenericTask(labels=["1", "0"])
     assert compute_metrics(t, ["1", "0", "1"], ["1", "1", "0"])["f1"] == pytest.approx(0.5)

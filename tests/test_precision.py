@@ -143,8 +143,8 @@ SEQ = 48
 def sst2():
     """SST-2 dev (all 872, seq 48: 93% of the sentences whole, median 26 pieces) as classification features
     (real text, the released spiece.model)."""
-    from tasks.classification.features import encode_texts
-    from tasks.classification.registry import get_task
+    from xlnet_tf.tasks.classification.features import encode_texts
+    from xlnet_tf.tasks.classification.registry import get_task
     from xlnet_tf import XLNetTokenizer
 
     spm = shared_path("spiece", "spiece.model")
@@ -211,8 +211,8 @@ def sst2_classifier(sst2_run):
     """The session's finished SST-2 classifier (``conftest.sst2_run``: 400 steps, dev accuracy ~0.78 against 0.51
     for the majority class), read from its checkpoint in float32: its margins make the label comparisons below
     mean something. (config, a factory of the same classifier, the float32 model, its head factory)."""
-    from heads.classification import ClassificationHead
-    from tasks.classification.features import feature_spec
+    from xlnet_tf.heads.classification import ClassificationHead
+    from xlnet_tf.tasks.classification.features import feature_spec
     from xlnet_tf.finetune import FineTuner
     from xlnet_tf.task_model import TaskModel
 
@@ -267,8 +267,8 @@ def test_bf16_export_serves_the_float32_label_from_raw_text(sst2, sst2_classifie
     import json
     import tarfile
 
-    from tasks.classification.registry import get_task
-    from tasks.classification.serving import ClassifierServing
+    from xlnet_tf.tasks.classification.registry import get_task
+    from xlnet_tf.tasks.classification.serving import ClassifierServing
     from xlnet_tf import XLNetTokenizer
     from xlnet_tf.finetune import FineTuner
 

@@ -52,7 +52,7 @@ tiny_config = tiny_pretrain_config
 
 
 def records(work: dict, num_streams: int, num_groups: int, bi_data: bool = True, name: str = "train"):
-    from data import pretrain_records
+    from xlnet_tf.data import pretrain_records
 
     prefix = os.path.join(work["dir"], f"{name}-s{num_streams}-g{num_groups}-b{int(bi_data)}")
     return pretrain_records.create_pretrain_tfrecords([work["corpus"]], prefix, work["spm"], SEQ, REUSE, num_streams,
@@ -60,7 +60,7 @@ def records(work: dict, num_streams: int, num_groups: int, bi_data: bool = True,
 
 
 def dataset_fn(files, per_replica, k=1, bi_data=True, seed=3):
-    from data.pretrain_sampling import make_train_dataset_fn
+    from xlnet_tf.data.pretrain_sampling import make_train_dataset_fn
 
     return make_train_dataset_fn(files, SEQ, REUSE, per_replica, k, num_predict=PREDICT, perm_size=4,
                                  bi_data=bi_data, seed=seed)
@@ -211,7 +211,7 @@ def test_memory_is_carried_as_cache_mem(work, tmp_path):
 def test_loop_loss_memory_and_learning(work):
     """One loop step: its loss is the original's token-weighted Σ CE·mask / Σ mask of the batch and it fills
     the memory; then the loss falls over 40 steps and the held-out PLM loss improves."""
-    from data import pretrain_records, pretrain_sampling
+    from xlnet_tf.data import pretrain_records, pretrain_sampling
     from xlnet_tf import XLNetTokenizer, training
     from xlnet_tf.pretrain_model import PretrainModel, evaluate_plm, unigram_log_probs
 
@@ -257,7 +257,7 @@ def test_loop_loss_memory_and_learning(work):
 
 
 def test_regroup_for_accumulation():
-    from data.pretrain_sampling import regroup_for_accumulation
+    from xlnet_tf.data.pretrain_sampling import regroup_for_accumulation
 
     ds = tf.data.Dataset.range(12).map(lambda i: {"x": tf.fill([2], i)})  # batch i = (step i // 2, group i % 2)
     got = [int(b["x"][0]) for b in regroup_for_accumulation(ds, 2, 3)]
@@ -293,7 +293,7 @@ def test_mirrored_strategy_matches_default(mirrored):
 
 @pytest.mark.slow
 def test_cli_smoke_and_backbone_loads_into_task_model(pretrained):
-    from heads.classification import ClassificationHead
+    from xlnet_tf.heads.classification import ClassificationHead
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.task_model import TaskModel
 
@@ -344,8 +344,8 @@ def test_pretrained_backbone_round_trips_into_the_finetuning_run(work, tmp_path)
     (config from the checkpoint with the run's dropout, FineTuner.build_model inside the training loop): every
     backbone variable equals the pretrained model's exactly (mask_emb and the LM bias too, loaded but unused by
     a classifier); the only variables not loaded are the new head's."""
-    from heads.classification import ClassificationHead
-    from tasks.classification import features as cls_data
+    from xlnet_tf.heads.classification import ClassificationHead
+    from xlnet_tf.tasks.classification import features as cls_data
     from xlnet_tf import checkpoint, finetune, training
     from xlnet_tf.pretrain_model import PretrainModel
 
@@ -382,7 +382,7 @@ def test_mlm_objective_learns_on_real_text(tmp_path):
     """--objective=mlm's model on WikiText records: the loop's loss is Σ CE·mask / Σ mask over the selected
     pieces, read from the content stream (no query stream), and the held-out masked-LM loss falls."""
     from tests.conftest import shared_path
-    from data import pretrain_records, pretrain_sampling
+    from xlnet_tf.data import pretrain_records, pretrain_sampling
     from xlnet_tf import XLNetTokenizer, training
     from xlnet_tf.pretrain_model import PretrainModel, evaluate_plm
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data import pretrain_records as records, pretrain_sampling as sampling
-from data import tfrecord_io
+from xlnet_tf.data import pretrain_records as records, pretrain_sampling as sampling
+from xlnet_tf.data import tfrecord_io
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.environ.get("SHARED_DATA") or os.path.join(REPO, "..", "shared", "data")

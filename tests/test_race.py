@@ -7,10 +7,10 @@ import tarfile
 import numpy as np
 import pytest
 
-from data import tfrecord_io
-from tasks.race import features as race_data
-from tasks.race import reader as race_task
-from tasks.errors import DataError
+from xlnet_tf.data import tfrecord_io
+from xlnet_tf.tasks.race import features as race_data
+from xlnet_tf.tasks.race import reader as race_task
+from xlnet_tf.tasks.errors import DataError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.environ.get("SHARED_DATA") or os.path.join(REPO, "..", "shared", "data")
@@ -295,7 +295,7 @@ def _np_summary(summary_type, h, mask, w):
 @pytest.mark.parametrize("summary_type", ["last", "first", "mean", "attn"])
 def test_head_matches_numpy(summary_type):
     import tensorflow as tf
-    from heads.multiple_choice import MultipleChoiceHead
+    from xlnet_tf.heads.multiple_choice import MultipleChoiceHead
 
     b, L, d = 3, 6, 8
     rng = np.random.default_rng(0)
@@ -331,7 +331,7 @@ def test_head_matches_numpy(summary_type):
 def test_head_original_names_and_mixed_precision():
     import keras
     import tensorflow as tf
-    from heads.multiple_choice import MultipleChoiceHead
+    from xlnet_tf.heads.multiple_choice import MultipleChoiceHead
 
     head = MultipleChoiceHead(8, dtype="mixed_bfloat16")
     out = head({"sequence_output": tf.zeros([8, 5, 8], tf.bfloat16)}, {}, training=True)

@@ -23,14 +23,14 @@ def tok():
 
 @pytest.fixture(scope="module")
 def examples():
-    from tasks.race import reader as race_task
+    from xlnet_tf.tasks.race import reader as race_task
 
     docs = race_task.read_race_documents(shared_path("race", "RACE.tar.gz"), "dev")
     return [ex for d in docs[:40] for ex in d.examples]
 
 
 def make_model(mem_len, seed=1):
-    from heads.multiple_choice import MultipleChoiceHead
+    from xlnet_tf.heads.multiple_choice import MultipleChoiceHead
     from xlnet_tf import XLNetConfig
     from xlnet_tf.task_model import TaskModel
 
@@ -46,7 +46,7 @@ def batch(feats):
 @pytest.fixture(scope="module")
 def models(tok, examples):
     """(memory model, mem_len 4 windows; truncating model with the same weights, mem_len 0)."""
-    from tasks.race import features as R
+    from xlnet_tf.tasks.race import features as R
 
     ex = examples[0]
     mem, trunc = make_model(4 * L), make_model(0)
@@ -57,7 +57,7 @@ def models(tok, examples):
 
 
 def test_window_layout_on_real_articles(tok, examples):
-    from tasks.race import features as R
+    from xlnet_tf.tasks.race import features as R
 
     long_seen = capped_seen = 0
     for ex in examples[:60]:
@@ -100,7 +100,7 @@ def test_window_layout_on_real_articles(tok, examples):
 
 
 def test_one_window_article_gives_todays_output(tok, examples, models):
-    from tasks.race import features as R
+    from xlnet_tf.tasks.race import features as R
 
     mem, trunc = models
     exs = examples[:3]  # real articles are longer than a window of 64: cut to their first 30 pieces
@@ -120,7 +120,7 @@ def test_one_window_article_gives_todays_output(tok, examples, models):
 
 
 def test_article_end_counts_in_memory_mode_only_and_its_start_reaches_through_memory(tok, examples, models):
-    from tasks.race import features as R
+    from xlnet_tf.tasks.race import features as R
 
     mem, trunc = models
     ex = next(e for e in examples if 3 * L < len(tok.encode(e.article)) < 3.6 * L)  # 4 windows uncapped
@@ -159,8 +159,8 @@ def test_window_dataset_and_training_step(tok, examples, tmp_path):
     step sends gradients through the last window to every variable fine-tuning uses."""
     import tensorflow as tf
 
-    from data import tfrecord_io
-    from tasks.race import features as R
+    from xlnet_tf.data import tfrecord_io
+    from xlnet_tf.tasks.race import features as R
 
     recs = []
     for ex in examples[:24]:
@@ -193,8 +193,8 @@ def test_serving_windows_match_python_and_the_model(tok, examples, models):
     same calls into the SavedModel.)"""
     import tensorflow as tf
 
-    from tasks.race import features as R
-    from tasks.race.serving import RaceServing
+    from xlnet_tf.tasks.race import features as R
+    from xlnet_tf.tasks.race.serving import RaceServing
 
     mem, _ = models
     exs = examples[::7][:6]

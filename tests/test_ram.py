@@ -78,7 +78,7 @@ def _task_model(cfg, head):
 @pytest.mark.slow
 @pytest.mark.parametrize("hidden", [(), (48, 32)])
 def test_classification_head_count(hidden):
-    from heads.classification import ClassificationHead
+    from xlnet_tf.heads.classification import ClassificationHead
 
     cfg = XLNetConfig.preset("tiny")
     model = _task_model(cfg, ClassificationHead(cfg.d_model, 3, hidden_sizes=hidden))
@@ -88,7 +88,7 @@ def test_classification_head_count(hidden):
 @pytest.mark.parametrize("hidden,answer", [((), ()), ((48, 40), (24,))])
 @pytest.mark.slow
 def test_squad_head_count(hidden, answer):
-    from heads.squad import SquadHead
+    from xlnet_tf.heads.squad import SquadHead
 
     cfg = XLNetConfig.preset("tiny")
     model = _task_model(cfg, SquadHead(cfg.d_model, hidden_sizes=hidden, answer_class_hidden_sizes=answer))
@@ -99,7 +99,7 @@ def test_squad_head_count(hidden, answer):
 @pytest.mark.slow
 @pytest.mark.parametrize("ntl", [None, 0, 1, 2])
 def test_trainable_subset_equals_trainer_selection(ntl):
-    from heads.classification import ClassificationHead
+    from xlnet_tf.heads.classification import ClassificationHead
     from xlnet_tf import optimization
 
     cfg = XLNetConfig.preset("tiny")

@@ -83,8 +83,8 @@ def test_export_fresh_process_matches_in_process_model(sst2_run, config_file, tm
 
     import tensorflow as tf
 
-    from tasks.classification.features import encode_texts
-    from heads.classification import ClassificationHead
+    from xlnet_tf.tasks.classification.features import encode_texts
+    from xlnet_tf.heads.classification import ClassificationHead
     from xlnet_tf import XLNetConfig, XLNetTokenizer
     from xlnet_tf.finetune import FineTuner
 

@@ -39,7 +39,7 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def dev_examples():
-    from tasks.race import reader as race_task
+    from xlnet_tf.tasks.race import reader as race_task
 
     docs = race_task.read_race_documents(_race_tar(), "dev")
     # a spread over the split: every 25th file, both levels
@@ -91,7 +91,7 @@ def test_eval_results_and_loss_falls(race_run):
 
 
 def _python_features(tokenizer, examples, max_seq_length, max_qa_length):
-    from tasks.race import features as race_data
+    from xlnet_tf.tasks.race import features as race_data
 
     feats = [race_data.encode_race(tokenizer, ex.article, ex.question, ex.options, max_seq_length, max_qa_length)
              for ex in examples]
@@ -102,8 +102,8 @@ def _python_features(tokenizer, examples, max_seq_length, max_qa_length):
 def test_export_fresh_process_matches_in_process_model(race_run, tokenizer, dev_examples, tmp_path):
     import tensorflow as tf
 
-    from tasks.race import features as race_data
-    from heads.multiple_choice import MultipleChoiceHead
+    from xlnet_tf.tasks.race import features as race_data
+    from xlnet_tf.heads.multiple_choice import MultipleChoiceHead
     from xlnet_tf import XLNetConfig
     from xlnet_tf.finetune import FineTuner
 
@@ -150,8 +150,8 @@ def test_export_fresh_process_matches_in_process_model(race_run, tokenizer, dev_
 def test_fill_blanks_is_python_replace():
     import tensorflow as tf
 
-    from tasks.race.features import qa_text
-    from tasks.race.serving import fill_blanks
+    from xlnet_tf.tasks.race.features import qa_text
+    from xlnet_tf.tasks.race.serving import fill_blanks
 
     qs = ["Tom has a _ .", "No blank here?", "_ starts", "ends _", "a__b_", "", "_", "x \\1 _ y", "h\u00e9 _ w _"]
     opts = ["cat", "opt", "O", "E\\0", "Z", "empty", "", "$1 \\g<0>", "\u00fc\u6f22"]
@@ -164,9 +164,9 @@ def test_fill_blanks_is_python_replace():
 def test_in_graph_features_equal_python(tokenizer, dev_examples, max_seq_length, max_qa_length):
     import tensorflow as tf
 
-    from tasks.race.features import qa_text
-    from tasks.race.reader import RaceExample
-    from tasks.race.serving import RaceServing
+    from xlnet_tf.tasks.race.features import qa_text
+    from xlnet_tf.tasks.race.reader import RaceExample
+    from xlnet_tf.tasks.race.serving import RaceServing
 
     def pick(level, blank, n):
         return [ex for ex in dev_examples if ex.level == level and ("_" in ex.question) == blank][:n]

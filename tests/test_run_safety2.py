@@ -42,7 +42,7 @@ def test_every_in_graph_tokenisation_checks_utf8():
     SQuAD questions) and SQuAD's context alignment."""
     import tensorflow as tf
 
-    from tasks.squad.serving import preprocess_with_origin
+    from xlnet_tf.tasks.squad.serving import preprocess_with_origin
     from xlnet_tf.tf_tokenizer import TFXLNetTokenizer
 
     tok = TFXLNetTokenizer(shared_path("spiece", "spiece.model"))

@@ -96,7 +96,7 @@ def test_v2_results_files_and_loss(files, v2_run):
         assert preds[q] == ("" if odds[q] > thresh else non_null[q])
         assert nbest[q][0]["text"] == non_null[q] and len(nbest[q]) <= 5
     # scoring predictions.json on its own gives the reported exact/f1
-    from tasks.squad import metrics as squad_eval
+    from xlnet_tf.tasks.squad import metrics as squad_eval
 
     alone = squad_eval.evaluate(files["dev_obj"]["data"], preds, None, "2.0")
     assert abs(alone["exact"] - res["exact"]) < 1e-9 and abs(alone["f1"] - res["f1"]) < 1e-9
@@ -135,9 +135,9 @@ def test_export_fresh_process_matches_python_postprocessing(files, v2_run, tmp_p
     (1) all 247 held-out questions against the CLI's nbest/null_odds, (2) crafted contexts (Unicode,
     whitespace, quotes, one spanning many windows, an empty one) against an in-process model."""
     out, export = v2_run
-    from tasks.squad.features import build_squad_features, squad_feature_spec
-    from tasks.squad.reader import SquadExample, read_squad
-    from tasks.squad.postprocess import concat_results, postprocess
+    from xlnet_tf.tasks.squad.features import build_squad_features, squad_feature_spec
+    from xlnet_tf.tasks.squad.reader import SquadExample, read_squad
+    from xlnet_tf.tasks.squad.postprocess import concat_results, postprocess
 
     dev = read_squad(files["dev"])
     crafted = [("Who served crêpes?", UNICODE_CONTEXT), ("Where was Zoë's café?", UNICODE_CONTEXT),
@@ -159,9 +159,9 @@ def test_export_fresh_process_matches_python_postprocessing(files, v2_run, tmp_p
 
     import tensorflow as tf
 
-    from heads.squad import SquadHead
+    from xlnet_tf.heads.squad import SquadHead
     from xlnet_tf import XLNetConfig, XLNetTokenizer
-    from tasks.squad.serving import SquadServing
+    from xlnet_tf.tasks.squad.serving import SquadServing
     from xlnet_tf.finetune import FineTuner
 
     tok = XLNetTokenizer(files["spiece"])
@@ -290,9 +290,9 @@ def test_in_graph_piece_spans_equal_python(files, options):
     switch; the default also on every held-out context)."""
     import tensorflow as tf
 
-    from tasks.squad.features import tokenize_with_offsets
+    from xlnet_tf.tasks.squad.features import tokenize_with_offsets
     from xlnet_tf import XLNetTokenizer
-    from tasks.squad.serving import tokenize_with_offsets as tf_tokenize_with_offsets
+    from xlnet_tf.tasks.squad.serving import tokenize_with_offsets as tf_tokenize_with_offsets
 
     tok = XLNetTokenizer(files["spiece"], **options)
     tft = tok.tf_tokenizer()
@@ -312,9 +312,9 @@ def test_in_graph_answer_edges_and_last_paragraph_token(files):
     allowed."""
     import tensorflow as tf
 
-    from tasks.squad.postprocess import strip_answer
+    from xlnet_tf.tasks.squad.postprocess import strip_answer
     from xlnet_tf import XLNetTokenizer
-    from tasks.squad.serving import SquadServing, best_spans
+    from xlnet_tf.tasks.squad.serving import SquadServing, best_spans
 
     tok = XLNetTokenizer(files["spiece"])
     context = "The capital is \u200eParis\ufeff. The river is the Seine"

@@ -90,8 +90,8 @@ def classifier(tok):
     "single", "pair" or "embed", over one model (each kind traced on first use)."""
     import tensorflow as tf
 
-    from heads.classification import ClassificationHead
-    from tasks.classification.serving import ClassifierServing
+    from xlnet_tf.heads.classification import ClassificationHead
+    from xlnet_tf.tasks.classification.serving import ClassifierServing
 
     model = make_model(lambda c: ClassificationHead(c.d_model, 3, n_head=c.n_head, d_head=c.d_head),
                        {k: np.zeros([1, 8], np.int32) for k in ("input_ids", "segment_ids", "padding_mask")})
@@ -187,7 +187,7 @@ def test_classes_without_names_are_named_by_their_index(classifier, tok):
     """A serving module built without label names names each class by its index (every class, not just 0)."""
     import tensorflow as tf
 
-    from tasks.classification.serving import ClassifierServing
+    from xlnet_tf.tasks.classification.serving import ClassifierServing
 
     (one, _), _ = classifier("single").values()
     unnamed = ClassifierServing(one.model, tok, L)
@@ -213,9 +213,9 @@ def test_pair_and_embed_signatures_are_grouped(classifier):
 def test_memory_mode_groups_documents_by_window_count(tok):
     import tensorflow as tf
 
-    from heads.classification import ClassificationHead
-    from tasks.classification import features as F
-    from tasks.classification.serving import ClassifierServing
+    from xlnet_tf.heads.classification import ClassificationHead
+    from xlnet_tf.tasks.classification import features as F
+    from xlnet_tf.tasks.classification.serving import ClassifierServing
 
     docs = ["Fine.", "A long document that needs windows. " * 20, "Dull.", "Another one, a bit longer. " * 6, ""]
     model = make_model(lambda c: ClassificationHead(c.d_model, 2, n_head=c.n_head, d_head=c.d_head),
@@ -237,10 +237,10 @@ def test_memory_mode_groups_documents_by_window_count(tok):
 def test_race_and_squad_answers_equal_the_one_batch_answers(tok):
     import tensorflow as tf
 
-    from heads.multiple_choice import MultipleChoiceHead
-    from heads.squad import SquadHead
-    from tasks.race.serving import RaceServing
-    from tasks.squad.serving import SquadServing
+    from xlnet_tf.heads.multiple_choice import MultipleChoiceHead
+    from xlnet_tf.heads.squad import SquadHead
+    from xlnet_tf.tasks.race.serving import RaceServing
+    from xlnet_tf.tasks.squad.serving import SquadServing
 
     z = lambda *shape: np.zeros(shape, np.int32)  # noqa: E731
     race = make_model(lambda c: MultipleChoiceHead(c.d_model, n_head=c.n_head, d_head=c.d_head, dropout=0.0),

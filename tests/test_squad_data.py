@@ -12,11 +12,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from tasks.squad import features as sd
-from tasks.squad import reader as st
-from tasks.squad import metrics as squad_eval
-from tasks.squad import postprocess as squad_postprocess
-from tasks.errors import DataError
+from xlnet_tf.tasks.squad import features as sd
+from xlnet_tf.tasks.squad import reader as st
+from xlnet_tf.tasks.squad import metrics as squad_eval
+from xlnet_tf.tasks.squad import postprocess as squad_postprocess
+from xlnet_tf.tasks.errors import DataError
 from tests.conftest import shared_path
 
 
@@ -324,8 +324,8 @@ def test_oracle_reaches_the_windowing_ceiling(tok, name, bound, original_bound):
 def test_unlabelled_questions_are_accepted_only_when_asked():
     import pytest
 
-    from tasks.errors import DataError
-    from tasks.squad.reader import parse_squad
+    from xlnet_tf.tasks.errors import DataError
+    from xlnet_tf.tasks.squad.reader import parse_squad
 
     obj = {"version": "1.1", "data": [{"title": "t", "paragraphs": [
         {"context": "Alpha beta gamma.", "qas": [{"id": "q1", "question": "What?", "answers": []}]}]}]}

@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from tasks.squad.features import FeatureInfo, SquadFeatureIndex
-from tasks.squad import metrics as ev
-from tasks.squad import postprocess as pp
-from tasks.squad.reader import SquadExample
+from xlnet_tf.tasks.squad.features import FeatureInfo, SquadFeatureIndex
+from xlnet_tf.tasks.squad import metrics as ev
+from xlnet_tf.tasks.squad import postprocess as pp
+from xlnet_tf.tasks.squad.reader import SquadExample
 
 
 # ------------------------------------------------------------------------------------------- normalisation

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from heads.squad import SquadHead
+from xlnet_tf.heads.squad import SquadHead
 
 B, L, D = 3, 16, 8
 

@@ -99,7 +99,7 @@ def our_trajectory(out):
     """[W_1 .. W_STEPS]: each training checkpoint read back under the original names."""
     import tensorflow as tf
 
-    from heads.classification import ClassificationHead
+    from xlnet_tf.heads.classification import ClassificationHead
     from xlnet_tf import XLNetConfig, checkpoint
     from xlnet_tf.task_model import TaskModel
 
@@ -123,8 +123,8 @@ def training_batches(out):
     import keras
     import tensorflow as tf
 
-    from data import lengths
-    from tasks.classification import features as cls_data
+    from xlnet_tf.data import lengths
+    from xlnet_tf.tasks.classification import features as cls_data
     from xlnet_tf import XLNetConfig
 
     (path,) = glob.glob(os.path.join(out, "data", "*train*.tfrecord"))
@@ -399,7 +399,7 @@ def test_span_head_loss_gradients_match_numpy():
     of the answer class on (softmax(start)-weighted H ; H[cls]), as xlnet-facts §3."""
     import tensorflow as tf
 
-    from heads.squad import SquadHead
+    from xlnet_tf.heads.squad import SquadHead
 
     rng = np.random.default_rng(0)
     b, L, d = 3, 10, 8
@@ -444,7 +444,7 @@ def test_multiple_choice_head_loss_gradients_match_numpy():
     """run_race.py's loss (MultipleChoiceHead): summary "last" -> tanh(Dense_d) -> Dense_1 -> [b, 4] -> CE."""
     import tensorflow as tf
 
-    from heads.multiple_choice import MultipleChoiceHead
+    from xlnet_tf.heads.multiple_choice import MultipleChoiceHead
 
     rng = np.random.default_rng(1)
     b, L, d = 2, 6, 8

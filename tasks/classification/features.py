@@ -29,9 +29,9 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
 
 import numpy as np
 
-from data.lengths import report_truncation
-from data.tfrecord_io import FeatureSpec, cached_tfrecords, is_valid_cache, read_manifest
-from data import tfrecord_io
+from xlnet_tf.data.lengths import report_truncation
+from xlnet_tf.data.tfrecord_io import FeatureSpec, cached_tfrecords, is_valid_cache, read_manifest
+from xlnet_tf.data import tfrecord_io
 from xlnet_tf.fileutil import stat_identity
 from xlnet_tf.tokenizer import SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD, part_chars
 

@@ -13,7 +13,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from tasks.classification.reader import ClassificationTask, Columns, Example, read_table
+from xlnet_tf.tasks.classification.reader import ClassificationTask, Columns, Example, read_table
 from xlnet_tf.fileutil import atomic_write
 
 

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Iterator, List, Optional, Tuple, Union
 
-from tasks.errors import DataError
+from xlnet_tf.tasks.errors import DataError
 
 SPLITS = ("train", "dev", "test")
 Label = Union[str, float, None]

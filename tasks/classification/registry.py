@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List
 
-from tasks.classification import glue
-from tasks.classification import text as text_classification
-from tasks.classification.reader import ClassificationTask
+from xlnet_tf.tasks.classification import glue
+from xlnet_tf.tasks.classification import text as text_classification
+from xlnet_tf.tasks.classification.reader import ClassificationTask
 
 
 def _registry() -> Dict[str, Callable[..., ClassificationTask]]:

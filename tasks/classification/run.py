@@ -7,11 +7,11 @@ from __future__ import annotations
 import logging
 import os
 
-from tasks import health, runner
-from tasks.classification import features as cls_data
-from tasks.classification.glue import write_glue_predictions
-from tasks.classification.metrics import compute_metrics
-from tasks.report import class_scores
+from xlnet_tf.tasks import health, runner
+from xlnet_tf.tasks.classification import features as cls_data
+from xlnet_tf.tasks.classification.glue import write_glue_predictions
+from xlnet_tf.tasks.classification.metrics import compute_metrics
+from xlnet_tf.tasks.report import class_scores
 
 log = logging.getLogger("run_classifier")
 
@@ -31,7 +31,7 @@ class ClassifierRun(runner.TaskSpec):
                                       progress=o.progress, overwrite=o.overwrite_data, max_segments=o.max_segments)
 
     def head(self):
-        from heads.classification import ClassificationHead  # TensorFlow: imported when the run needs it
+        from xlnet_tf.heads.classification import ClassificationHead  # TensorFlow: imported when the run needs it
 
         t, c = self.task, self.options.config
         return ClassificationHead(c.d_model, 1 if t.regression else t.num_labels, regression=t.regression,
@@ -89,7 +89,7 @@ class ClassifierRun(runner.TaskSpec):
         return path
 
     def export(self, model, export_dir):
-        from tasks.classification.serving import ClassifierServing
+        from xlnet_tf.tasks.classification.serving import ClassifierServing
 
         labels = None if self.task.regression else list(self.task.labels)
         serving = ClassifierServing(model, self.options.tokenizer, self.options.max_seq_length, label_names=labels,

@@ -19,7 +19,7 @@ from typing import Dict, Optional, Sequence
 
 import tensorflow as tf
 
-from tasks.classification.features import text_budget
+from xlnet_tf.tasks.classification.features import text_budget
 from xlnet_tf.export import (SEG_PAD_CLASSIFIER, ServingModule, batch_length, constant_rows, float32_outputs,
                              keep_first, pad_rows, save_atomically)
 from xlnet_tf.lengths import SERVING_MULTIPLE, padded_length

@@ -15,8 +15,8 @@ import os
 import tarfile
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from tasks.classification.reader import ClassificationTask, Col, Columns, Example, read_jsonl, read_table
-from tasks.errors import DataError
+from xlnet_tf.tasks.classification.reader import ClassificationTask, Col, Columns, Example, read_jsonl, read_table
+from xlnet_tf.tasks.errors import DataError
 
 DOC_METRICS = ("accuracy", "error_rate")
 

@@ -28,11 +28,11 @@ import shutil
 import time
 from typing import Dict, List, Optional, Sequence
 
-from data import pretrain_records as records
-from data import pretrain_sampling as sampling
-from data.pretrain_sampling import mlm_num_predict
-from tasks import health, report
-from tasks.runner import Plan
+from xlnet_tf.data import pretrain_records as records
+from xlnet_tf.data import pretrain_sampling as sampling
+from xlnet_tf.data.pretrain_sampling import mlm_num_predict
+from xlnet_tf.tasks import health, report
+from xlnet_tf.tasks.runner import Plan
 from xlnet_tf import checkpoint, spm_train
 from xlnet_tf.fileutil import stat_identity, write_json
 from xlnet_tf.train_config import TrainConfig

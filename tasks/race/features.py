@@ -29,10 +29,10 @@ from typing import Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 
-from data import tfrecord_io
-from data.lengths import report_truncation
-from tasks.classification.features import cut_windows, make_window_dataset, right_align
-from tasks.race import reader as race_task
+from xlnet_tf.data import tfrecord_io
+from xlnet_tf.data.lengths import report_truncation
+from xlnet_tf.tasks.classification.features import cut_windows, make_window_dataset, right_align
+from xlnet_tf.tasks.race import reader as race_task
 from xlnet_tf.fileutil import stat_identity
 from xlnet_tf.tokenizer import SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD, XLNetTokenizer
 

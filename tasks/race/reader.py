@@ -18,7 +18,7 @@ import os
 import tarfile
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
-from tasks.errors import DataError
+from xlnet_tf.tasks.errors import DataError
 
 SPLITS = ("train", "dev", "test")
 LEVELS = ("middle", "high")  # level feature: 0 middle, 1 high

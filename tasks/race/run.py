@@ -13,11 +13,11 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from data import tfrecord_io
-from tasks import health, runner
-from tasks.race import features as race_data
-from tasks.race import reader as race_task
-from tasks.report import class_scores
+from xlnet_tf.data import tfrecord_io
+from xlnet_tf.tasks import health, runner
+from xlnet_tf.tasks.race import features as race_data
+from xlnet_tf.tasks.race import reader as race_task
+from xlnet_tf.tasks.report import class_scores
 from xlnet_tf.fileutil import atomic_write
 
 log = logging.getLogger("run_race")
@@ -107,7 +107,7 @@ class RaceRun(runner.TaskSpec):
         return subset_documents(docs, d.subsets.get(split))
 
     def head(self):
-        from heads.multiple_choice import MultipleChoiceHead  # TensorFlow: imported when the run needs it
+        from xlnet_tf.heads.multiple_choice import MultipleChoiceHead  # TensorFlow: imported when the run needs it
 
         c = self.options.config
         return MultipleChoiceHead(c.d_model, n_head=c.n_head, d_head=c.d_head, **self.options.head_options)
@@ -167,7 +167,7 @@ class RaceRun(runner.TaskSpec):
         return path
 
     def export(self, model, export_dir):
-        from tasks.race.serving import RaceServing
+        from xlnet_tf.tasks.race.serving import RaceServing
 
         o = self.options
         # memory mode: the export reads the whole article in windows (no max_segments cap)

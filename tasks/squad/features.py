@@ -34,8 +34,8 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from data import tfrecord_io
-from tasks.squad.metrics import normalize_answer
+from xlnet_tf.data import tfrecord_io
+from xlnet_tf.tasks.squad.metrics import normalize_answer
 from xlnet_tf import hardware
 from xlnet_tf.fileutil import stat_identity, write_json
 from xlnet_tf.tokenizer import SPIECE_UNDERLINE, WHOLE_CHARS, XLNetTokenizer, text_parts

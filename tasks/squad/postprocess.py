@@ -21,7 +21,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from tasks.squad.features import SquadFeatureIndex
+from xlnet_tf.tasks.squad.features import SquadFeatureIndex
 from xlnet_tf.fileutil import write_json
 
 NO_FEATURE_NULL_ODDS = 1e6  # an example without any feature (dropped at training time) = no answer

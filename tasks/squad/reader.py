@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, List, Optional, Tuple
 
-from tasks.errors import DataError
+from xlnet_tf.tasks.errors import DataError
 
 log = logging.getLogger("squad")
 

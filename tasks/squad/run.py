@@ -9,10 +9,10 @@ import logging
 import os
 import time
 
-from tasks import health, runner
-from tasks.squad import features as squad_data
-from tasks.squad import metrics as squad_eval
-from tasks.squad.postprocess import SquadPredictions, concat_results, postprocess, write_predictions
+from xlnet_tf.tasks import health, runner
+from xlnet_tf.tasks.squad import features as squad_data
+from xlnet_tf.tasks.squad import metrics as squad_eval
+from xlnet_tf.tasks.squad.postprocess import SquadPredictions, concat_results, postprocess, write_predictions
 from xlnet_tf.fileutil import write_json
 
 log = logging.getLogger("run_squad")
@@ -67,7 +67,7 @@ class SquadRun(runner.TaskSpec):
         return path, index
 
     def head(self):
-        from heads.squad import SquadHead  # TensorFlow: imported when the run needs it
+        from xlnet_tf.heads.squad import SquadHead  # TensorFlow: imported when the run needs it
 
         return SquadHead(self.options.config.d_model, **self.options.head_options)
 
@@ -152,7 +152,7 @@ class SquadRun(runner.TaskSpec):
                      results_dir)
 
     def export(self, model, export_dir):
-        from tasks.squad.serving import SquadServing  # TensorFlow
+        from xlnet_tf.tasks.squad.serving import SquadServing  # TensorFlow
 
         o, q = self.options, self.squad
         SquadServing(model, o.tokenizer, o.max_seq_length, q.max_query_length, q.doc_stride, q.max_answer_length,
