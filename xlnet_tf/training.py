@@ -1,4 +1,4 @@
-"""One custom training loop for every head, plus ``predict``.
+"""The command lines' training loop around the one update (``xlnet_tf/train_step.py``), plus ``predict``.
 
 Contract of the model built by ``model_fn`` (a TaskModel): ``n_layer``; ``call(features, training) -> dict``;
 ``loss(features, outputs) -> float32 [batch]`` per-example losses; ``variable_depth(variable) -> int``
@@ -8,10 +8,10 @@ Contract of the model built by ``model_fn`` (a TaskModel): ``n_layer``; ``call(f
 (``input_context.get_per_replica_batch_size(global_batch)``), repeated; with ``grad_accum_steps > 1`` the
 batches must have a fixed shape (they are stacked ``k`` at a time).
 
-One step = ``grad_accum_steps`` micro-batches per replica (a ``tf.while_loop`` summing gradients), one
-all-reduce, one optimizer update. Losses are summed and divided by the global number of examples of the step,
-so a step equals one batch ``k * replicas`` times larger. Then: global-norm clipping, the original's
-gradient-form layer decay (``layer_decay_mode="grad"``), optional dynamic loss scaling (mixed_float16).
+One step = ``UpdateRule.replica_fn`` on every replica (``grad_accum_steps`` micro-batches, one all-reduce,
+clipping, layer decay, loss scaling, the optimizer's update: ``xlnet_tf/train_step.py``, the same update Keras
+``fit`` runs on the task models). The loop around it keeps what a long unattended run needs and ``fit`` does not
+give: a checkpointed input iterator, resuming past damaged checkpoints, Ctrl-C to one line, the history file.
 
 Reproducibility: weights from ``keras.utils.set_random_seed(seed)``. Dropout has two RNG schemes, because
 the backbone must replay its masks: the backbone draws them statelessly from its own checkpointed
@@ -27,7 +27,6 @@ deterministic maps).
 from __future__ import annotations
 
 import errno
-import functools
 import glob
 import json
 import logging
@@ -44,10 +43,11 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
-from xlnet_tf import hardware, optimization
+from xlnet_tf import hardware
 from xlnet_tf.fileutil import write_json
 from xlnet_tf.tf_checkpoint import CheckpointError, check_readable
 from xlnet_tf.train_config import TrainConfig  # noqa: F401  (the loop's options: training.TrainConfig)
+from xlnet_tf.train_step import UpdateRule, default_jit, device_kind, loss_fn, update_groups  # noqa: F401
 
 log = logging.getLogger(__name__)
 
@@ -64,21 +64,6 @@ class Interrupted(KeyboardInterrupt):
 class TrainResult(NamedTuple):
     model: Any
     history: List[Tuple[int, float]]
-
-
-def loss_fn(model) -> Callable:
-    """The model's per-example loss: ``per_example_loss`` if defined, else the class's ``loss`` method.
-
-    keras.Model's constructor sets an instance attribute ``self.loss = None`` (the compile() loss), which
-    shadows a ``loss`` method defined on the subclass, hence the lookup on the class.
-    """
-    fn = getattr(model, "per_example_loss", None)
-    if fn is None:
-        method = getattr(type(model), "loss", None)
-        if not callable(method):
-            raise TypeError(f"{type(model).__name__} defines neither per_example_loss nor a loss method")
-        fn = functools.partial(method, model)
-    return fn
 
 
 _SCALAR_METADATA = summary_pb2.SummaryMetadata(
@@ -110,16 +95,6 @@ def write_history(path: str, history) -> None:
     write_json(path, old + [[int(s), float(l)] for s, l in history], newline=False)
 
 
-def _seed_states(model) -> List:
-    """State variables of every Keras SeedGenerator of the model (dropout RNG)."""
-    seen, out = set(), []
-    for v in model.variables:
-        if v.name == "seed_generator_state" and id(v) not in seen:
-            seen.add(id(v))
-            out.append(v)
-    return out
-
-
 class Progress:
     """Single carriage-return line on a tty, plain lines every ``log_steps`` otherwise."""
 
@@ -147,38 +122,6 @@ class Progress:
             self.stream.flush()
 
 
-def _device_kind(strategy: tf.distribute.Strategy) -> str:
-    """"tpu", "gpu" (the strategy's devices, or TensorFlow's placement for the default strategy) or "cpu"."""
-    if isinstance(strategy, tf.distribute.TPUStrategy):
-        return "tpu"
-    try:
-        devices = list(strategy.extended.worker_devices)
-    except RuntimeError:  # the default strategy: TensorFlow's placement, a GPU when there is one
-        devices = [d.name for d in tf.config.list_logical_devices("GPU")] or ["CPU:0"]
-    return "gpu" if any("GPU" in d.upper() for d in devices) else "cpu"
-
-
-def update_groups() -> int:
-    """How many XLA clusters update the weights at once under ``jit_compile="update"``: the CPUs this process may
-    use, at most 4 (measured on 2 cores, XLNet-Base: 2 and 4 groups alike, 0.12-0.13 s against 0.19-0.23 s as
-    one cluster)."""
-    return min(4, hardware.usable_cpus())
-
-
-def default_jit(strategy: tf.distribute.Strategy, precision: str = "float32") -> str:
-    """The ``jit_compile=None`` choice (see TrainConfig), measured, not assumed (BUILD.md, "XLA where it pays").
-    float16 on a CPU takes the whole step: TF's CPU kernels have no fast float16 matmul (measured: a small model's
-    SQuAD run in graph mode had not reached step 20 after 16 min, against 0.7 s/step in float32), while XLA:CPU
-    computes 16-bit matmuls in float32. bfloat16 on a CPU keeps forward and backward on the graph: oneDNN's
-    bfloat16 kernels (AMX, AVX-512 BF16) exist only there, XLA:CPU does not call them (BUILD.md "Mixed precision
-    by host")."""
-    if strategy.num_replicas_in_sync != 1 or isinstance(strategy, tf.distribute.TPUStrategy):
-        return "off"
-    if _device_kind(strategy) == "gpu" or precision == "mixed_float16":
-        return "step"
-    return "update"
-
-
 _WARNED = set()
 
 
@@ -189,7 +132,7 @@ def check_precision(strategy: tf.distribute.Strategy, precision: str,
     ``hardware.detect()``; TPUs compute bfloat16 natively and are not checked."""
     if precision == "float32":
         return None
-    device = _device_kind(strategy)
+    device = device_kind(strategy)
     if device == "tpu":
         return None
     note = hardware.precision_warning(precision, host or hardware.detect(), device)
@@ -235,7 +178,6 @@ class Trainer:
         self.strategy = strategy = strategy or tf.distribute.get_strategy()
         self.is_chief = bool(strategy.extended.should_checkpoint)
         self.fp16 = cfg.precision == "mixed_float16"
-        self.jit = cfg.jit_compile or default_jit(strategy, cfg.precision)
         check_precision(strategy, cfg.precision)
         self._dataset_fn = dataset_fn
 
@@ -251,32 +193,13 @@ class Trainer:
         finally:
             keras.mixed_precision.set_global_policy(previous_policy)
 
-        self.train_vars = optimization.select_trainable(self.model, cfg.num_trainable_layers)
-        if not self.train_vars:
-            raise ValueError("no trainable variables")
-        mult = [1.0] * len(self.train_vars)
-        if cfg.lr_layer_decay_rate != 1.0:
-            mult = optimization.layer_decay_factors(self.model, self.train_vars, cfg.lr_layer_decay_rate,
-                                                    cfg.layer_decay_mode)
-        self.grad_mult = mult if cfg.layer_decay_mode == "grad" else None
         with strategy.scope():
-            self.optimizer = optimization.create_optimizer(
-                cfg.learning_rate, cfg.train_steps, cfg.warmup_steps, cfg.min_lr_ratio, cfg.weight_decay,
-                cfg.adam_epsilon, cfg.adam_bias_correction)
-            self.optimizer.grads_pre_reduced = True
-            if cfg.layer_decay_mode == "lr":
-                self.optimizer.set_lr_multipliers(self.train_vars, mult)
-            if cfg.weight_decay > 0:
-                self.optimizer.set_decay_flags(self.train_vars,
-                                               optimization.decay_flags(self.model, self.train_vars))
-            self.outer_optimizer = self.optimizer
-            if self.fp16:
-                self.outer_optimizer = keras.optimizers.LossScaleOptimizer(
-                    self.optimizer, initial_scale=cfg.initial_loss_scale)
-            self.outer_optimizer.build(self.train_vars)  # slots for the trainable subset only
+            self.rule = UpdateRule(self.model, cfg, strategy)
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step",
                                     aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
-        self._seed_vars = _seed_states(self.model)
+        rule = self.rule
+        self.jit, self.train_vars, self.grad_mult = rule.jit, rule.train_vars, rule.grad_mult
+        self.optimizer, self.outer_optimizer, self.apply_update = rule.optimizer, rule.outer_optimizer, rule.apply_update
 
         self._ckpt_dir = None
         latest = None
@@ -328,77 +251,10 @@ class Trainer:
 
         return iter(self.strategy.distribute_datasets_from_function(fn))
 
-    def _reseed(self, step, replica_id) -> None:
-        base = tf.random.experimental.stateless_fold_in(
-            tf.constant([self.config.seed, 0], tf.int64), tf.cast(step, tf.int64))
-        base = tf.random.experimental.stateless_fold_in(base, tf.cast(replica_id, tf.int64))
-        for i, var in enumerate(self._seed_vars):
-            var.assign(tf.random.experimental.stateless_fold_in(base, i))
-
     def _build_step(self):
-        cfg, model, tvars, strategy = self.config, self.model, self.train_vars, self.strategy
-        k = cfg.grad_accum_steps
-        outer = self.outer_optimizer
-        clip = cfg.clip_norm if cfg.clip_norm and cfg.clip_norm > 0 else None
-
-        model_loss = loss_fn(model)
-        sources = [v.value for v in tvars]  # the tf.Variables behind the Keras variables
-
-        def micro(features, count):
-            """Loss sum / global example count of the step (a mean-sized loss, what loss scaling expects), and
-            the gradients: None for a variable that takes no part in the loss (e.g. mask_emb in fine-tuning)."""
-            with tf.GradientTape(watch_accessed_variables=False) as tape:
-                tape.watch(sources)  # frozen variables: no gradient computed
-                per_example = tf.cast(model_loss(features, model(features, training=True)), tf.float32)
-                loss = tf.reduce_sum(per_example) / count
-                scaled = outer.scale_loss(loss) if self.fp16 else loss
-            return loss, tape.gradient(scaled, sources)
-
-        def replica_step(batch, step):
-            ctx = tf.distribute.get_replica_context()
-            self._reseed(step, ctx.replica_id_in_sync_group)
-            local = tf.cast(k * tf.shape(tf.nest.flatten(batch)[0])[1], tf.float32)  # [k, batch, ...]
-            count = ctx.all_reduce(tf.distribute.ReduceOp.SUM, local)
-            micro_batch = lambda i: tf.nest.map_structure(lambda x: x[i], batch)
-            loss, grads = micro(micro_batch(0), count)
-            # Variables without a gradient are not updated at all (no decay, no Adam moments), as the original.
-            live = tuple(i for i, g in enumerate(grads) if g is not None)
-            grads = [tf.convert_to_tensor(grads[i]) for i in live]
-            if k > 1:
-                def body(i, loss, grads):
-                    l, g = micro(micro_batch(i), count)
-                    return i + 1, loss + l, [a + tf.convert_to_tensor(g[j]) for a, j in zip(grads, live)]
-
-                _, loss, grads = tf.while_loop(lambda i, *_: i < k, body, (tf.constant(1), loss, grads))
-            loss = ctx.all_reduce(tf.distribute.ReduceOp.SUM, loss)
-            grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
-            return loss, update(grads, live)
-
-        def plain_update(grads, live):
-            """Unscale, clip, layer-decay factors, optimizer update of the variables ``tvars[i] for i in live``;
-            returns the (unscaled) global norm."""
-            scale = outer.dynamic_scale if self.fp16 else None
-            if scale is not None:
-                grads = [g / scale for g in grads]
-            gnorm = tf.linalg.global_norm(grads)
-            if clip:
-                grads, _ = tf.clip_by_global_norm(grads, clip, use_norm=gnorm)
-            if self.grad_mult is not None:
-                mult = [self.grad_mult[i] for i in live]
-                grads = [g * m if m != 1.0 else g for g, m in zip(grads, mult)]
-            if scale is not None:  # LossScaleOptimizer divides by the same power of two: exact round trip
-                grads = [g * scale for g in grads]
-            outer.apply(grads, [tvars[i] for i in live])
-            return gnorm
-
-        if self.jit == "update" and not self.fp16:
-            update = self._grouped_update(clip)
-        elif self.jit == "update":  # XLA fuses the optimizer's per-weight elementwise chain
-            update = tf.function(plain_update, jit_compile=True)
-        else:
-            update = plain_update
-        self.apply_update = update  # (summed gradients of tvars[i] for i in live, live) -> global norm; benchmarks
-        replica_fn = tf.function(replica_step, jit_compile=self.jit == "step")
+        """One step: the next batch from the iterator, the rule's update on every replica (``UpdateRule``, the
+        update Keras ``fit`` runs too), the global step counted."""
+        strategy, replica_fn = self.strategy, self.rule.replica_fn
 
         @tf.function
         def train_step(iterator):
@@ -409,25 +265,6 @@ class Trainer:
             return first(loss), first(gnorm)
 
         return train_step
-
-    def _grouped_update(self, clip: Optional[float]):
-        """``update`` for ``jit_compile="update"`` in float32/bfloat16: the global norm and clipping factor on
-        TensorFlow's graph (its multi-threaded reductions: 21 ms for XLNet-Base's gradients, against 78 ms as an
-        XLA cluster), then AdamW in ``update_groups()`` XLA clusters that run at once
-        (``AdamW.apply_in_groups``); the same arithmetic as clipping the gradients and applying them."""
-        tvars, groups = self.train_vars, update_groups()
-
-        def update(grads, live):
-            gnorm = tf.linalg.global_norm(grads)
-            factor = None
-            if clip:  # tf.clip_by_global_norm's factor, NaN when the norm is not finite
-                c = tf.constant(clip, tf.float32)
-                factor = c * tf.minimum(1.0 / gnorm, 1.0 / c) + (gnorm - gnorm)
-            mult = None if self.grad_mult is None else [self.grad_mult[i] for i in live]
-            self.optimizer.apply_in_groups(grads, [tvars[i] for i in live], factor, mult, groups)
-            return gnorm
-
-        return update
 
     def _save_history(self, history) -> None:
         """``model_dir/train_history.json``, written BEFORE each checkpoint: a run killed between the two resumes

@@ -1,0 +1,103 @@
+"""``XLNetClassifier``: classification (and ``regression=True`` / ``num_classes=1`` regression) as a Keras model on
+raw text: single texts (a list or array of strings) or pairs (a tuple of two). The base class
+(``tasks/keras_task.py``) says what every task model shares; this file says what a classifier reads and gives."""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from xlnet_tf.tasks.classification import features as cls_features
+from xlnet_tf.export import SEG_PAD_CLASSIFIER
+from xlnet_tf.tasks.classification.serving import ClassifierServing, classification_features
+from xlnet_tf.tasks.keras_task import XLNetTask
+
+
+@keras.saving.register_keras_serializable("xlnet_tf")
+class XLNetClassifier(XLNetTask):
+    """``XLNetClassifier.from_pretrained(path, num_classes=2)`` or ``XLNetClassifier(config, num_classes=2,
+    tokenizer=...)``. ``predict`` gives logits [n, num_classes] (regression: scores [n]); ``label_names`` name
+    the classes in the export's ``label_name`` output. Texts are laid out as ``run_classifier.py`` lays them out
+    (``A <sep> (B <sep>) <cls>``, left-padded, the longer side trimmed first to ``max_seq_length``)."""
+
+    def __init__(self, config, num_classes: int = 2, regression: bool = False,
+                 label_names: Optional[Sequence[str]] = None, pair: bool = False, **kwargs):
+        self.regression = bool(regression) or int(num_classes) == 1
+        self.num_classes = 1 if self.regression else int(num_classes)
+        if self.num_classes < 1:
+            raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+        self.label_names = None if label_names is None else [str(n) for n in label_names]
+        if self.label_names is not None and len(self.label_names) != self.num_classes:
+            raise ValueError(f"label_names: {len(self.label_names)} names for {self.num_classes} classes")
+        self.pair = bool(pair)
+        super().__init__(config, **kwargs)
+
+    def make_head(self, config, **head_options):
+        from xlnet_tf.heads.classification import ClassificationHead
+
+        return ClassificationHead(config.d_model, self.num_classes, regression=self.regression,
+                                  task_name=head_options.pop("task_name", "task"), n_head=config.n_head,
+                                  d_head=config.d_head, **head_options)
+
+    def task_config(self):
+        return {"num_classes": self.num_classes, "regression": self.regression, "label_names": self.label_names,
+                "pair": self.pair}
+
+    segment_pad = SEG_PAD_CLASSIFIER
+
+    def feature_spec(self, length):
+        return cls_features.feature_spec(length, self.regression)
+
+    def default_metrics(self):
+        if self.regression:
+            return [keras.metrics.MeanSquaredError(name="mse")]
+        return [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+
+    # raw text
+    def raw_inputs(self, x):
+        if isinstance(x, tuple) and len(x) == 2:
+            self.pair = True
+            return tuple(np.asarray(t, dtype=object).astype(str) for t in x)
+        if isinstance(x, str):
+            raise TypeError("a list of texts is expected, got one string")
+        return np.asarray(x, dtype=object).astype(str)
+
+    def is_raw(self, element_spec) -> bool:
+        first = element_spec[0] if isinstance(element_spec, tuple) else element_spec
+        if isinstance(first, tuple):
+            self.pair = True
+            first = first[0]
+        return isinstance(first, tf.TensorSpec) and first.dtype == tf.string
+
+    def labelled(self, element) -> bool:
+        # (texts, labels) or ((a, b), labels); a bare (a, b) pair of string batches is unlabelled
+        return len(element) == 2 and not (element[1].dtype == tf.string)
+
+    def text_features(self, texts, length=None):
+        tok = self._tok
+        if tok is None:
+            raise ValueError(f"{type(self).__name__} has no tokenizer (tokenizer=PATH/spiece.model)")
+        a, b = (texts if isinstance(texts, tuple) else (texts, None))
+        ids_b = None if b is None else tok.graph.tokenize(b)
+        features = classification_features(tok.graph.tokenize(a), ids_b, self.max_seq_length, tok.python.sep_id,
+                                           tok.python.cls_id, length=length)
+        return features if length is not None else self.on_length_grid(features, left=True)
+
+    def metric_pair(self, features, outputs):
+        label = features["label"]
+        if self.regression:
+            return tf.cast(label, tf.float32), outputs["score"]
+        return label, outputs["logits"]
+
+    def predict_outputs(self, features, outputs):
+        return tf.cast(outputs["score" if self.regression else "logits"], tf.float32)
+
+    # export
+    def serving_module(self):
+        return ClassifierServing(self, self.tokenizer, self.max_seq_length, label_names=self.label_names)
+
+    def export_options(self):
+        return {"pair": self.pair}

@@ -1,0 +1,197 @@
+"""The Keras task models (tasks/keras_task.py): one update with the command lines (the weights after 20 steps of
+``fit`` and of run_classifier.py equal), raw text in (the command lines' features), ``fit`` on raw SST-2 text to
+the command line's floor, the ``.keras`` round trip and the raw-text export, and what ``fit`` offers besides
+(callbacks, a killed ``fit`` resumed by BackupAndRestore, gradient accumulation, mixed precision)."""
+
+import glob
+import os
+
+import numpy as np
+import pytest
+
+from tests.conftest import TINIEST, classifier_args, shared_path
+
+SPIECE = ("spiece", "spiece.model")
+
+
+def _config(**overrides):
+    from xlnet_tf.config import XLNetConfig
+
+    return XLNetConfig(**dict(TINIEST, **overrides))
+
+
+def _sst2(split, n=None):
+    lines = open(shared_path("glue", "SST-2", f"{split}.tsv"), encoding="utf-8").read().splitlines()[1:]
+    rows = [line.split("\t") for line in lines[:n]]
+    return [r[0] for r in rows], np.array([int(r[1]) for r in rows])
+
+
+def _classifier(L=48, **kw):
+    from xlnet_tf.tasks import XLNetClassifier
+
+    kw = dict(dict(tokenizer=shared_path(*SPIECE), max_seq_length=L), **kw)
+    return XLNetClassifier(_config(), num_classes=2, **kw)
+
+
+@pytest.mark.slow
+def test_fit_gives_the_command_lines_weights_after_20_steps(glue, tmp_path):
+    """The same initial weights (one checkpoint), the same batches in the same order (the CLI's own training
+    dataset), the same seed and options: fit and run_classifier.py end with the same weights (1e-5)."""
+    import tensorflow as tf
+
+    import run_classifier
+    from tests.cli_util import succeeds
+    from xlnet_tf.tasks import XLNetClassifier
+    from xlnet_tf.tasks.classification import features as cls_data
+
+    init = tmp_path / "init"  # (the head's original names hold the task's name: sst-2, as the CLI's)
+    sst2 = {"head_options": {"task_name": "sst-2"}, "max_seq_length": 48, "tokenizer": shared_path(*SPIECE)}
+    _classifier(**sst2).save_pretrained(str(init))
+    out = tmp_path / "run"
+    succeeds(run_classifier, *classifier_args("SST-2", glue / "SST-2", glue / "cfg.json", out, L=48, steps=20,
+                                              extra=["--do_train", f"--init_checkpoint={init}"]))
+    # the CLI's batches: its cached training records through its own dataset function, as the runner calls it
+    train = sorted(glob.glob(str(out / "data" / "*train*.tfrecord")))
+    assert train, os.listdir(out / "data")
+    ds = cls_data.make_dataset(train[0], 32, is_training=True, seed=42, input_context=tf.distribute.InputContext(),
+                               dynamic="left", length_multiple=16)
+
+    model = XLNetClassifier.from_pretrained(str(init), num_classes=2, **sst2)
+    model.compile(learning_rate=5e-4, train_steps=20, warmup_steps=2)
+    model.fit(ds, epochs=1, steps_per_epoch=20, verbose=0)
+
+    cli = _classifier(**sst2)
+    tf.train.Checkpoint(model=cli).restore(tf.train.latest_checkpoint(str(out / "model"))).expect_partial()
+    assert int(model.optimizer.iterations) == 20
+    # (the same structure, so the same weight order; Keras numbers the layers' names per process)
+    start = XLNetClassifier.from_pretrained(str(init), **sst2)
+    ours = {v.path: v.numpy() for v in model.weights}
+    theirs = dict(zip(ours, (v.numpy() for v in cli.weights)))
+    assert [v.shape for v in model.weights] == [v.shape for v in cli.weights] == [v.shape for v in start.weights]
+    assert sum(not np.array_equal(v.numpy(), w.numpy()) for v, w in zip(model.weights, start.weights)) \
+        > len(ours) // 2  # the update moved the weights
+    for k in ours:
+        np.testing.assert_allclose(ours[k], theirs[k], atol=1e-5, rtol=0, err_msg=k)
+
+
+@pytest.mark.outcome
+def test_fit_on_raw_sst2_text_learns_saves_and_exports(tmp_path):
+    """The README's example at small scale: the suite's SST-2 recipe (tiny model, 400 steps of 32 at length 48,
+    5e-4) through fit on raw sentences reaches the command line's floor on the dev set; the .keras file loads
+    without custom_objects and predicts the same logits; the export serves raw text with the same logits."""
+    import keras
+    import tensorflow as tf
+
+    x, y = _sst2("train", 400 * 32)
+    dev_x, dev_y = _sst2("dev")
+    keras.utils.set_random_seed(42)
+    model = _classifier(label_names=["negative", "positive"])
+    model.compile(learning_rate=5e-4, warmup_steps=40)
+    model.fit(x, y, batch_size=32, epochs=1, verbose=0)
+    metrics = model.evaluate(dev_x, dev_y, verbose=0, return_dict=True)
+    assert metrics["accuracy"] > 0.70, metrics
+    logits = model.predict(dev_x[:64], verbose=0)
+    assert logits.shape == (64, 2)
+    assert np.mean(np.argmax(model.predict(dev_x, verbose=0), -1) == dev_y) == pytest.approx(metrics["accuracy"])
+
+    model.save(tmp_path / "sst2.keras")
+    loaded = keras.saving.load_model(tmp_path / "sst2.keras")
+    np.testing.assert_allclose(loaded.predict(dev_x[:64], verbose=0), logits, atol=1e-5)
+    assert loaded.optimizer is not None and int(loaded.optimizer.iterations) == 400
+
+    model.export(str(tmp_path / "export"))
+    serve = tf.saved_model.load(str(tmp_path / "export")).signatures["serving_default"]
+    out = serve(text_a=tf.constant(dev_x[:64]))
+    np.testing.assert_allclose(out["logits"].numpy(), logits, atol=1e-5)
+    assert set(out["label_name"].numpy().astype(str)) <= {"negative", "positive"}
+
+
+def test_raw_text_becomes_the_command_lines_features():
+    """Single texts and pairs (MRPC) through the model's preprocessing: the ids, segments and mask of
+    tasks/classification/features.py (left-padded to the batch's longest on the run's length grid)."""
+    from xlnet_tf.tasks.classification import features as cls_features
+
+    model = _classifier(L=64)
+    tok = model.tokenizer
+    lines = open(shared_path("glue", "MRPC", "dev.tsv"), encoding="utf-8").read().splitlines()[1:9]
+    a = [line.split("\t")[3] for line in lines]
+    b = [line.split("\t")[4] for line in lines]
+    for texts in ((np.array(a),), (np.array(a), np.array(b))):
+        feats = model.text_features(texts[0] if len(texts) == 1 else tuple(texts))
+        width = feats["input_ids"].shape[1]
+        assert width % model.length_multiple == 0 or width == 64
+        want_all = cls_features.encode_texts(tok, a, b if len(texts) == 2 else None, max_seq_length=64)
+        longest = int(want_all["padding_mask"].sum(1).max())
+        assert width == min(64, -(-longest // model.length_multiple) * model.length_multiple)
+        for i in range(len(a)):
+            want = {k: v[i] for k, v in want_all.items()}
+            n = int(feats["padding_mask"][i].numpy().sum())
+            for key in ("input_ids", "segment_ids", "padding_mask"):
+                assert list(feats[key][i].numpy()[-n:]) == list(np.asarray(want[key])[-n:]), (key, i)
+            assert set(feats["segment_ids"][i].numpy()[:-n]) <= {4}
+
+
+def test_callbacks_and_a_killed_fit_resumed(tmp_path):
+    """EarlyStopping (restore_best_weights), ModelCheckpoint (.keras), TensorBoard and BackupAndRestore in one
+    fit; a fit stopped in its second epoch resumes there with BackupAndRestore and ends as an uninterrupted one."""
+    import keras
+
+    x, y = _sst2("train", 64)
+
+    class Stop(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            if epoch == 1:
+                raise KeyboardInterrupt
+
+    def run(callbacks):
+        keras.utils.set_random_seed(1)
+        model = _classifier(L=32)
+        model.compile(learning_rate=1e-3, train_steps=8)
+        try:
+            model.fit(x, y, batch_size=16, epochs=2, verbose=0, shuffle=False, callbacks=callbacks)
+        except KeyboardInterrupt:
+            pass
+        return model
+
+    backup = str(tmp_path / "backup")
+    whole = run([keras.callbacks.EarlyStopping(monitor="loss", patience=3, restore_best_weights=True),
+                 keras.callbacks.ModelCheckpoint(str(tmp_path / "best.keras"), monitor="loss"),
+                 keras.callbacks.TensorBoard(str(tmp_path / "tb"))])
+    assert os.path.isfile(tmp_path / "best.keras") and glob.glob(str(tmp_path / "tb" / "train" / "*"))
+    run([keras.callbacks.BackupAndRestore(backup), Stop()])
+    resumed = run([keras.callbacks.BackupAndRestore(backup)])
+    assert int(resumed.optimizer.iterations) == 8
+    for a, b in zip(whole.weights, resumed.weights):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-6, err_msg=a.path)
+
+
+def test_gradient_accumulation_and_mixed_precision_fit():
+    import keras
+
+    x, y = _sst2("train", 32)
+    model = _classifier(L=32)
+    model.compile(learning_rate=1e-3, grad_accum_steps=2)
+    history = model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    assert int(model.optimizer.iterations) == 2 and np.isfinite(history.history["loss"][0])
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        bf16 = _classifier(L=32)
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+    bf16.compile(learning_rate=1e-3)
+    bf16.fit(x, y, batch_size=16, epochs=1, verbose=0)
+    assert bf16.compute_dtype == "bfloat16" and int(bf16.optimizer.iterations) == 2
+    assert bf16.predict(x[:4], verbose=0).dtype == np.float32
+
+
+def test_any_keras_optimizer_loss_and_metrics():
+    import keras
+
+    x, y = _sst2("train", 32)
+    model = _classifier(L=32)
+    model.compile(optimizer=keras.optimizers.SGD(0.01),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=[keras.metrics.SparseCategoricalAccuracy(name="acc")])
+    history = model.fit(x, y, batch_size=16, epochs=1, verbose=0)
+    assert {"loss", "acc"} <= set(history.history) and int(model.optimizer.iterations) == 2
