@@ -31,6 +31,8 @@ print("kernel source:", os.path.isfile(kernels.SOURCE))
 m = XLNetModel(XLNetConfig.preset("tiny", n_token=50), seed=0)
 import numpy as np
 print("output:", tuple(m(np.array([[5, 6, 7]], np.int32))["sequence_output"].shape))
+from xlnet_tf.tasks import XLNetClassifier, XLNetMultipleChoice, XLNetQuestionAnswerer
+print("task models:", XLNetClassifier.__module__, XLNetQuestionAnswerer.__module__, XLNetMultipleChoice.__module__)
 """
 
 
@@ -63,4 +65,6 @@ def test_pip_install_gives_the_library_importable_outside_the_checkout(tmp_path)
     assert lines[0].startswith(str(target) + os.sep), lines[0]
     assert "installed rooms: ['xlnet_tf.data.tfrecord_io', 'xlnet_tf.heads.classification', " \
            "'xlnet_tf.tasks.squad.serving']" in lines, r.stdout
+    assert ("task models: xlnet_tf.tasks.classification.keras_model xlnet_tf.tasks.squad.keras_model "
+            "xlnet_tf.tasks.race.keras_model") in lines, r.stdout
     assert "rooms: []" in lines and "kernel source: True" in lines and "output: (1, 3, 64)" in lines, r.stdout

@@ -131,6 +131,7 @@ def test_raw_text_becomes_the_command_lines_features():
             assert set(feats["segment_ids"][i].numpy()[:-n]) <= {4}
 
 
+@pytest.mark.slow
 def test_callbacks_and_a_killed_fit_resumed(tmp_path):
     """EarlyStopping (restore_best_weights), ModelCheckpoint (.keras), TensorBoard and BackupAndRestore in one
     fit; a fit stopped in its second epoch resumes there with BackupAndRestore and ends as an uninterrupted one."""
@@ -165,6 +166,7 @@ def test_callbacks_and_a_killed_fit_resumed(tmp_path):
         np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-6, err_msg=a.path)
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_and_mixed_precision_fit():
     import keras
 
@@ -185,6 +187,7 @@ def test_gradient_accumulation_and_mixed_precision_fit():
     assert bf16.predict(x[:4], verbose=0).dtype == np.float32
 
 
+@pytest.mark.slow
 def test_any_keras_optimizer_loss_and_metrics():
     import keras
 
@@ -195,3 +198,44 @@ def test_any_keras_optimizer_loss_and_metrics():
                   metrics=[keras.metrics.SparseCategoricalAccuracy(name="acc")])
     history = model.fit(x, y, batch_size=16, epochs=1, verbose=0)
     assert {"loss", "acc"} <= set(history.history) and int(model.optimizer.iterations) == 2
+
+
+@pytest.mark.slow
+def test_squad_and_race_models_answer_raw_text_as_their_exports(tmp_path):
+    """predict on raw text = the command lines' export of the same weights (SQuAD: the answer spans and null
+    odds; RACE: the choice scores), and the .keras round trip of each."""
+    import keras
+    import tensorflow as tf
+
+    from xlnet_tf.tasks import XLNetMultipleChoice, XLNetQuestionAnswerer
+
+    questions = ["Who wrote the book?", "Where is the castle?"]
+    contexts = ["The book was written by Ada Lovelace in London. It sold well.",
+                "Far away, the old castle stands on a hill above the river, where kings once lived."]
+    keras.utils.set_random_seed(3)
+    qa = XLNetQuestionAnswerer(_config(), tokenizer=shared_path(*SPIECE), max_seq_length=32, doc_stride=8,
+                               max_query_length=8)
+    answers = qa.predict((questions, contexts))
+    qa.export(str(tmp_path / "qa"))
+    served = tf.saved_model.load(str(tmp_path / "qa")).signatures["serving_default"](
+        question=tf.constant(questions), context=tf.constant(contexts))
+    assert list(answers["answer_text"]) == [t.decode() for t in served["answer_text"].numpy()]
+    assert all(a in c for a, c in zip(answers["answer_text"], contexts))
+    np.testing.assert_allclose(answers["null_odds"], served["null_odds"].numpy(), atol=1e-5)
+    qa.save(tmp_path / "qa.keras")
+    again = keras.saving.load_model(tmp_path / "qa.keras").predict((questions, contexts))
+    assert list(again["answer_text"]) == list(answers["answer_text"])
+
+    articles = ["Tom has a red bike. He rides it to school every day.", "The sea was calm and blue."]
+    race_q = ["What colour is the bike?", "The sea was _ ."]
+    options = [["red", "blue", "green", "black"], ["rough", "calm", "dark", "cold"]]
+    mc = XLNetMultipleChoice(_config(), tokenizer=shared_path(*SPIECE), max_seq_length=48, max_qa_length=16)
+    scores = mc.predict((articles, race_q, options))
+    assert scores.shape == (2, 4)
+    mc.export(str(tmp_path / "race"))
+    served = tf.saved_model.load(str(tmp_path / "race")).signatures["serving_default"](
+        article=tf.constant(articles), question=tf.constant(race_q), options=tf.constant(options))
+    np.testing.assert_allclose(tf.nn.softmax(scores).numpy(), served["probabilities"].numpy(), atol=1e-5)
+    mc.compile(learning_rate=1e-3)
+    mc.fit((articles, race_q, options), np.array([0, 1]), batch_size=2, epochs=1, verbose=0)
+    assert int(mc.optimizer.iterations) == 1

@@ -42,7 +42,12 @@ class XLNetMultipleChoice(XLNetTask):
 
     def serving_module(self):
         if getattr(self, "_serving", None) is None:
-            object.__setattr__(self, "_serving", RaceServing(self, self.tokenizer, self.max_seq_length,
+            with tf.init_scope():  # (built eagerly: a dataset map or a traced step reuses it)
+                self._make_serving()
+        return self._serving
+
+    def _make_serving(self):
+        object.__setattr__(self, "_serving", RaceServing(self, self.tokenizer, self.max_seq_length,
                                                              self.max_qa_length))
         return self._serving
 
