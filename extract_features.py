@@ -183,6 +183,7 @@ def job(F):
     strategy = run_common.strategy(F)
     tokenizer = run_common.tokenizer(F)
     memory, mem_len, _ = run_common.long_doc_options(F)
+    run_common.check_text_room(F, False, memory)
     config = run_common.model_config(F, mem_len=mem_len) if memory else run_common.model_config(F)
     run_common.start_run(F, paths["output_dir"], "extract_features", "features", config, tokenizer, False,
                          work_dirs=[paths["model_dir"]])

@@ -65,6 +65,7 @@ def job(F):
         task.discover_labels(F.data_dir)
 
     check_long_doc(task.name, config, F.max_segments if memory else None, pair=task.is_pair)  # before start_run
+    run_common.check_text_room(F, task.is_pair, memory)
     L = F.max_seq_length
     run_common.start_run(F, paths["output_dir"], "run_classifier", task.name, config, tokenizer, F.do_train,
                          train_sources=task.source_files(F.data_dir, "train") if F.do_train else (),
