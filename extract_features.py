@@ -22,12 +22,14 @@ OUTPUT_DIR/model) takes precedence over ``--init_checkpoint``. ``--output_file``
 from __future__ import annotations
 
 import logging
+import re
 
 import run_common
 import run_flags
 import run_main
 from xlnet_tf.tasks import runner
 from xlnet_tf.tasks.classification import features as cls_data
+from xlnet_tf.tasks.errors import DataError
 from xlnet_tf.fileutil import atomic_path, atomic_write
 
 
@@ -44,15 +46,24 @@ def define_flags(fv) -> None:
 
 
 log = logging.getLogger("extract_features")
+_UNDECODED = re.compile("[\udc80-\udcff]")  # the bytes that are not UTF-8, as surrogateescape keeps them
 
 
 def read_texts(path):
     """([(text_a, text_b or None)], [0-based line of each]): one per non-blank line; logs the blank lines
-    skipped."""
-    out, lines, blank = [], [], 0
-    with open(path, encoding="utf-8") as f:
+    skipped. A line that is not UTF-8 is refused naming the file and line (as the classifier's readers); NUL
+    bytes (which the tokenizer reads as <unk>) are said once, with the first line holding one."""
+    out, lines, blank, nul = [], [], 0, []
+    with open(path, encoding="utf-8", errors="surrogateescape") as f:
         for n, line in enumerate(f, 1):
             line = line.rstrip("\n")
+            if _UNDECODED.search(line):
+                try:
+                    line.encode("utf-8", "surrogateescape").decode("utf-8")
+                except UnicodeDecodeError as e:  # the classifier readers' words (tasks/classification/reader.py)
+                    raise DataError(path, n, f"not valid UTF-8 ({e.reason} at byte {e.start})") from None
+            if "\x00" in line:
+                nul.append(n)
             if not line.strip():
                 blank += 1
                 continue
@@ -66,6 +77,9 @@ def read_texts(path):
     if blank:
         log.info("%s: %d blank line(s) skipped; %d texts (line_index in the output maps rows to lines)", path,
                  blank, len(out))
+    if nul:
+        log.warning("%s, line %d: a NUL byte (\\x00), which the tokenizer reads as <unk>%s", path, nul[0],
+                    f" (and {len(nul) - 1} more line(s) with one)" if len(nul) > 1 else "")
     return out, lines
 
 
@@ -183,6 +197,7 @@ def job(F):
     strategy = run_common.strategy(F)
     tokenizer = run_common.tokenizer(F)
     memory, mem_len, _ = run_common.long_doc_options(F)
+    run_common.check_text_room(F, False, memory)
     config = run_common.model_config(F, mem_len=mem_len) if memory else run_common.model_config(F)
     run_common.start_run(F, paths["output_dir"], "extract_features", "features", config, tokenizer, False,
                          work_dirs=[paths["model_dir"]])

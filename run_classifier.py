@@ -33,6 +33,8 @@ def define_flags(fv) -> None:
     d.string("label_column", "label", "generic task: column/key of the label.")
     d.list("labels", None, "generic task: the label set (default: discovered from train).")
     d.bool("regression", False, "generic task: the label is a real number.")
+    d.bool("allow_single_class", False, "generic task: train even when the train file holds one class only "
+           "(refused by default: nothing to learn).")
     run_flags.define_long_doc_flags(fv, "document", "single-text tasks: consecutive windows of max_seq_length run "
                                     "left to right with the previous windows' hidden states as memory; the head "
                                     "reads the CLS at the end of the document; only the last window gets gradients")
@@ -47,7 +49,8 @@ def build_task(F):
     options = {}
     if name.lower() == "generic":
         options = dict(text_a_column=F.text_a_column, text_b_column=F.text_b_column,
-                       label_column=F.label_column, labels=F.labels, regression=F.regression)
+                       label_column=F.label_column, labels=F.labels, regression=F.regression,
+                       allow_single_class=F.allow_single_class)
     return get_task(name, **options)
 
 
@@ -61,10 +64,14 @@ def job(F):
     config = run_common.model_config(F, mem_len=mem_len) if memory else run_common.model_config(F)
     if not F.data_dir:
         raise ValueError("--data_dir is required")
-    if hasattr(task, "discover_labels"):
+    if hasattr(task, "check_labels"):  # every split this run reads, before any feature is written
+        task.check_labels(F.data_dir, [s for s, wanted in (("train", F.do_train), ("dev", F.do_eval),
+                                                           ("test", F.do_predict)) if wanted])
+    elif hasattr(task, "discover_labels"):
         task.discover_labels(F.data_dir)
 
     check_long_doc(task.name, config, F.max_segments if memory else None, pair=task.is_pair)  # before start_run
+    run_common.check_text_room(F, task.is_pair, memory)
     L = F.max_seq_length
     run_common.start_run(F, paths["output_dir"], "run_classifier", task.name, config, tokenizer, F.do_train,
                          train_sources=task.source_files(F.data_dir, "train") if F.do_train else (),

@@ -116,13 +116,26 @@ def _check_case(F) -> None:
 
 
 def check_schedule(F) -> None:
-    """A training run's learning rate must be positive; warmup longer than the run is legal but unintended."""
+    """A training run's steps and learning rate must be positive; warmup longer than the run is legal but
+    unintended."""
+    if F.train_steps < 1:
+        raise ValueError(f"--train_steps={F.train_steps}: expected >= 1 to train")
     if F.learning_rate <= 0:
         raise ValueError(f"--learning_rate={F.learning_rate:g}: expected > 0 to train")
     if F.warmup_steps > F.train_steps:
         logging.getLogger("run").warning(
             "--warmup_steps=%d > --train_steps=%d: the peak learning rate %g is never reached (the last step's is "
             "%g)", F.warmup_steps, F.train_steps, F.learning_rate, F.learning_rate * F.train_steps / F.warmup_steps)
+
+
+def check_text_room(F, pair: bool, memory: bool = False) -> None:
+    """--max_seq_length must leave a text piece beside the special tokens (A <sep> [B <sep>] <cls>; memory mode
+    cuts a text into windows and needs only the two)."""
+    need = 2 if memory else 5 if pair else 3
+    if F.max_seq_length < need:
+        what = ("memory mode's windows end in <sep> <cls>" if memory else
+                "a pair needs A <sep> B <sep> <cls>" if pair else "a text needs its pieces, <sep> and <cls>")
+        raise ValueError(f"--max_seq_length={F.max_seq_length}: leaves no room for text ({what}: at least {need})")
 
 
 def check_memory(F, config, training: bool, head: str = "classification", rows: int = 1,

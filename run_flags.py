@@ -24,6 +24,8 @@ from xlnet_tf.train_config import LAYER_DECAY_MODES, TrainConfig
 # The directories a run writes (its checkpoints record paths inside them: the input iterator's TFRecord files),
 # made absolute when the flags are parsed, so a run resumes from any working directory.
 RUN_DIR_FLAGS = ("output_dir", "model_dir", "cache_dir", "export_dir", "record_dir", "predict_dir")
+# Of those, the ones a run may only read when they exist (a shared, read-only cache of features or records).
+SHARED_DIR_FLAGS = ("cache_dir", "record_dir", "model_dir")
 
 
 class Definer:
@@ -156,7 +158,7 @@ def define_common_flags(fv: flags.FlagValues, default_seq_len: int = 128, defaul
               "batch).", lower_bound=1)
     d.integer("num_trainable_layers", -1, "Train only the top N blocks and the head (-1: all).")
     d.list("head_hidden_sizes", [], "Hidden sizes of a deeper head MLP (empty: the original head).")
-    d.integer("save_steps", TrainConfig.save_steps, "Checkpoint every N steps (0: only at the end).")
+    d.integer("save_steps", TrainConfig.save_steps, "Checkpoint every N steps (0: only at the end).", lower_bound=0)
     d.integer("keep_checkpoint_max", TrainConfig.keep_checkpoint_max, "Checkpoints kept.")
     d.integer("iterations", TrainConfig.log_steps, "Log every N steps.")
     d.integer("seed", TrainConfig.seed, "Random seed.")
@@ -218,9 +220,34 @@ def settle(fv: flags.FlagValues) -> None:
             continue
         if (when is True or when(fv)) and not os.path.exists(os.path.expanduser(flag.value)):
             raise ValueError(f"--{name}={flag.value}: no such file or directory")
+    for name in RUN_DIR_FLAGS + ("export_huggingface",):
+        value = fv[name].value if name in fv else None
+        if value and "://" not in value:
+            check_writable_dir(name, os.path.abspath(os.path.expanduser(value)))
     path = fv["init_checkpoint"].value if "init_checkpoint" in fv else None
     if path and "://" not in path and not os.path.isdir(path):
         folder, prefix = os.path.split(os.path.abspath(path))
         if not (os.path.isdir(folder) and any(n.startswith(prefix) for n in os.listdir(folder))):
             raise ValueError(f"--init_checkpoint={path}: no such checkpoint (expected a directory or a checkpoint "
                              f"prefix such as DIR/xlnet_model.ckpt)")
+
+
+def check_writable_dir(name: str, path: str) -> None:
+    """``--name=path`` must be a directory this run can write, or one it can create (``SHARED_DIR_FLAGS`` may be
+    existing read-only directories: a shared cache); ValueError naming the flag otherwise, before anything is
+    created."""
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise ValueError(f"--{name}={path}: exists and is not a directory; pass a directory")
+        if name not in SHARED_DIR_FLAGS and not os.access(path, os.W_OK | os.X_OK):
+            raise ValueError(f"--{name}={path}: not writable (a read-only file system or no permission); pass a "
+                             f"directory this run can write")
+        return
+    parent = os.path.dirname(path)
+    while parent and not os.path.exists(parent) and parent != os.path.dirname(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise ValueError(f"--{name}={path}: cannot be created: {parent} is a file, not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"--{name}={path}: cannot be created: {parent} is not writable (a read-only file system "
+                         f"or no permission); pass a directory this run can write")

@@ -311,6 +311,10 @@ def pretrain_files(output_prefix: str) -> List[str]:
     index = _read_index(output_prefix + ".index.json")
     if not index:
         raise FileNotFoundError(f"no pretraining index at {output_prefix}.index.json")
+    for path in index["files"]:
+        problem = tfrecord_io.damage(path)
+        if problem:
+            raise ValueError(f"{path}: damaged pretraining records ({problem}); pass --train_input to rewrite them")
     return list(index["files"])
 
 

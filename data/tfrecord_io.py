@@ -8,7 +8,9 @@ One mechanism for all feature files:
   ``path.json`` (count, spec, meta such as the tokenizer and max_seq_length), and renames both into place,
   the manifest last. A file without a manifest, or whose manifest ``meta`` differs from what the caller wants,
   is never trusted: ``cached_tfrecords`` rebuilds it. An interrupted writer leaves at most a ``.tmp-*`` file
-  that nothing reads.
+  that nothing reads. The manifest also records the file's size and CRC32 (and the record count): a cache whose
+  bytes changed since (truncated, bits flipped) is found by ``damage`` before any work, and rebuilt with a
+  WARNING naming it, or refused in one line when its directory cannot be written (a shared read-only cache).
 * ``make_dataset(paths, spec, ...)`` reads them back as batches of dict tensors.
 """
 
@@ -16,9 +18,12 @@ from __future__ import annotations
 
 import glob
 import json
+import logging
 import os
+import struct
 import sys
 import time
+import zlib
 from typing import Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -27,6 +32,10 @@ from xlnet_tf.data import lengths
 
 # name -> (dtype string: "int64" | "float32" | "string", shape tuple; () for scalars)
 FeatureSpec = Dict[str, Tuple[str, Tuple[int, ...]]]
+
+log = logging.getLogger("data")
+_CHUNK = 1 << 22
+_WHOLE: Dict[str, tuple] = {}  # path -> the file identity found whole in this process (checked once)
 
 
 class Progress:
@@ -106,7 +115,11 @@ def write_tfrecords(path: str, records: Iterable[Mapping[str, object]], spec: Fe
     """Atomically writes ``records`` to ``path`` plus its manifest; returns the record count."""
     import tensorflow as tf
 
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"{path}: cannot write the cached records: {folder} is read-only; pass a --cache_dir "
+                         f"(pretraining: --record_dir) this run can write")
     tmp = f"{path}.tmp-{os.getpid()}"
     n = 0
     bar = Progress(total, desc, enabled=progress)
@@ -117,7 +130,8 @@ def write_tfrecords(path: str, records: Iterable[Mapping[str, object]], spec: Fe
                 n += 1
                 bar.update()
         bar.close()
-        manifest = {"count": n, "spec": {k: [d, list(s)] for k, (d, s) in spec.items()}, "meta": meta or {}}
+        manifest = {"count": n, "spec": {k: [d, list(s)] for k, (d, s) in spec.items()}, "meta": meta or {},
+                    "bytes": os.path.getsize(tmp), "crc32": file_crc32(tmp)}
         mtmp = f"{manifest_path(path)}.tmp-{os.getpid()}"
         with open(mtmp, "w", encoding="utf-8") as f:
             json.dump(manifest, f, indent=1, sort_keys=True)
@@ -133,10 +147,84 @@ def write_tfrecords(path: str, records: Iterable[Mapping[str, object]], spec: Fe
     return n
 
 
+def file_crc32(path: str) -> str:
+    """The CRC32 of a whole file, as 8 hex digits."""
+    crc = 0
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(_CHUNK), b""):
+            crc = zlib.crc32(chunk, crc)
+    return f"{crc:08x}"
+
+
+def count_records(path: str) -> int:
+    """Records in a TFRecord file by its framing (length, length CRC, data, data CRC); ValueError when the
+    framing breaks off (a truncated file)."""
+    n, size = 0, os.path.getsize(path)
+    with open(path, "rb") as f:
+        while f.tell() < size:
+            header = f.read(12)
+            if len(header) < 12:
+                raise ValueError("it ends inside a record header")
+            end = f.tell() + struct.unpack("<Q", header[:8])[0] + 4
+            if end > size:
+                raise ValueError(f"it ends inside record {n + 1}")
+            f.seek(end)
+            n += 1
+    return n
+
+
+def damage(path: str, manifest: Optional[dict] = None) -> Optional[str]:
+    """What is wrong with a TFRecord file against its manifest (``path.json``: record count, size and CRC32
+    recorded when it was written), or None when it is whole. A manifest of an older writer without size and CRC:
+    every record read back by TensorFlow (which checks each record's CRC32C) and counted."""
+    m = manifest if manifest is not None else read_manifest(path)
+    if not m:
+        return "no manifest"
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        return f"unreadable ({e.strerror})"
+    identity = (st.st_size, st.st_mtime_ns, st.st_ino, m.get("crc32"), m.get("count"))
+    if _WHOLE.get(path) == identity:
+        return None
+    if "bytes" in m and st.st_size != m["bytes"]:
+        return (f"{st.st_size:,} bytes, {m['bytes']:,} when written ({'truncated' if st.st_size < m['bytes'] else 'changed'})")
+    if "crc32" in m and file_crc32(path) != m["crc32"]:
+        return "its CRC32 differs from the one recorded when it was written (corrupted bytes)"
+    try:
+        count = count_records(path)
+    except ValueError as e:
+        return f"broken record framing: {e}"
+    if count != m.get("count"):
+        return f"{count:,} records, {m.get('count')} when written"
+    if "crc32" not in m:
+        import tensorflow as tf
+
+        try:
+            tf.data.TFRecordDataset(path).reduce(0, lambda k, _: k + 1).numpy()
+        except tf.errors.DataLossError as e:
+            return f"a record fails its CRC ({str(e).strip().splitlines()[0][:120]})"
+    _WHOLE[path] = identity
+    return None
+
+
 def is_valid_cache(path: str, meta: Optional[dict]) -> bool:
-    """True when ``path`` has a complete manifest whose meta equals ``meta``."""
+    """True when ``path`` has a complete manifest whose meta equals ``meta`` and the file is whole (``damage``).
+    A damaged file with the right meta: a WARNING naming it and False (its manifest removed, so the caller
+    rebuilds it from the source data), or, when its directory cannot be written, a ValueError in one line."""
     m = read_manifest(path)
-    return bool(m) and os.path.isfile(path) and m.get("meta") == json.loads(json.dumps(meta or {}))
+    if not (bool(m) and os.path.isfile(path) and m.get("meta") == json.loads(json.dumps(meta or {}))):
+        return False
+    problem = damage(path, m)
+    if problem is None:
+        return True
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"{path}: damaged cached records ({problem}) in a read-only directory: rebuild them in a "
+                         f"--cache_dir (pretraining: --record_dir) this run can write")
+    log.warning("%s: damaged cached records (%s): rebuilding them from the source data", path, problem)
+    os.remove(manifest_path(path))
+    return False
 
 
 def cached_tfrecords(path: str, build: Callable[[], Iterable[Mapping[str, object]]], spec: FeatureSpec,

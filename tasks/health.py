@@ -5,7 +5,9 @@ A collapsed run (one label for everything, a constant regression score, never / 
 does not fall) finishes without an error; these checks say so, with the causes the run's settings make likely:
 
 * ``loss_trend(history)``: mean loss of the first and of the last 10% of the steps; a warning when it did not
-  fall by at least ``MIN_LOSS_DROP`` (runs shorter than ``MIN_STEPS`` are reported, not judged);
+  fall by at least ``MIN_LOSS_DROP`` (runs shorter than ``MIN_STEPS`` are reported, not judged); ``diverged``
+  when the last 10% average ``DIVERGE_RATIO`` times the first step's loss or more (judged from 2 steps on: a
+  loss that multiplies is no noise), status "diverging";
 * ``label_check``: predicted label (or RACE option) distribution next to the gold one; a warning when one label
   takes >= 95% of the predictions while it is < 80% of the gold;
 * ``regression_check``: the predictions' standard deviation next to the gold one; a warning under 10% of it;
@@ -40,6 +42,7 @@ MIN_STD_RATIO = 0.10    # regression: std of the predictions >= 10% of the gold 
 FEW_TOKENS = 3          # an input with at most this many real pieces holds no text (<sep> <cls> and at most one)
 OVERFIT_RATIO = 3.0     # overfitting: evaluation loss >= 3x the last training steps' mean loss ...
 OVERFIT_GAP = 0.1       # ... and at least 0.1 above it
+DIVERGE_RATIO = 3.0     # diverging: the last steps' mean loss >= 3x the first step's (0.69 -> 2.8e6 at lr 1e6)
 
 
 class NotLearning(Exception):
@@ -57,6 +60,10 @@ def loss_trend(history: Sequence) -> Optional[Dict]:
     out = {"steps": int(losses.size), "first_steps_mean": round(first, 4), "last_steps_mean": round(last, 4),
            "window": k, "judged": bool(losses.size >= MIN_STEPS and np.isfinite(first) and np.isfinite(last))}
     out["fell"] = bool(last <= (1.0 - MIN_LOSS_DROP) * first) if out["judged"] else None
+    start = float(losses[0])  # the untrained model's loss (the first window may hold the blow-up already)
+    out["first_loss"] = round(start, 4)
+    out["diverged"] = bool(losses.size >= 2 and np.isfinite(start) and start > 0
+                           and not last < DIVERGE_RATIO * start)
     return out
 
 
@@ -169,13 +176,20 @@ def fit_check(trend: Optional[Dict], eval_loss: Optional[float]) -> Optional[Dic
 
 
 def assess(check: Optional[Dict], trend: Optional[Dict], context: Dict, eval_loss: Optional[float] = None) -> Dict:
-    """The ``health`` entry of eval_results.json: the checks, ``warnings`` (empty when healthy), ``causes``, and
+    """The ``health`` entry of eval_results.json: ``status`` ("learning", "not learning" or "diverging"), the
+    checks, ``warnings`` (empty when healthy), ``causes``, and
     ``notes`` that do not make a run unhealthy (overfitting, from ``eval_loss``)."""
     warnings = list((check or {}).get("warnings", []))
-    if trend and trend["fell"] is False:
+    diverged = bool(trend and trend.get("diverged"))
+    if diverged:
+        warnings.append(f"the training loss diverged: {trend['first_loss']:.4g} at the first step, "
+                        f"{trend['last_steps_mean']:.4g} over the last {trend['window']} (>= {DIVERGE_RATIO:g}x where "
+                        f"it started): lower the learning rate or clip the gradients")
+    elif trend and trend["fell"] is False:
         warnings.append(f"the training loss did not fall: {trend['first_steps_mean']:.4f} over the first "
                         f"{trend['window']} steps, {trend['last_steps_mean']:.4f} over the last {trend['window']}")
-    out = {"healthy": not warnings, "warnings": warnings, "loss_trend": trend}
+    status = "diverging" if diverged else "not learning" if warnings else "learning"
+    out = {"healthy": not warnings, "status": status, "warnings": warnings, "loss_trend": trend}
     fit = fit_check(trend, eval_loss)
     if fit:
         out["fit"] = fit
@@ -199,7 +213,8 @@ def report(health: Dict, task: str) -> None:
     else:
         causes = "; ".join(health["causes"]) or "none visible in the settings"
         for w in health["warnings"]:
-            log.warning("%s: NOT LEARNING? %s. Likely causes: %s", task, w, causes)
+            shout = "DIVERGING:" if w.startswith("the training loss diverged") else "NOT LEARNING?"
+            log.warning("%s: %s %s. Likely causes: %s", task, shout, w, causes)
     for note in health.get("notes", []):
         log.warning("%s: %s", task, note)
 
@@ -210,5 +225,6 @@ def failure(health: Dict, task: str) -> Optional[NotLearning]:
     if health["healthy"]:
         return None
     causes = "; ".join(health["causes"]) or "none visible in the settings"
-    return NotLearning(f"{task}: not learning (--fail_if_unhealthy): {'; '.join(health['warnings'])}. "
+    return NotLearning(f"{task}: {health.get('status', 'not learning')} (--fail_if_unhealthy): "
+                       f"{'; '.join(health['warnings'])}. "
                        f"Likely causes: {causes}")

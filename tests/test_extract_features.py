@@ -88,6 +88,28 @@ def test_bad_input_is_one_line(pretrained, tmp_path):
     assert not (tmp_path / "x.npz").exists()
 
 
+def test_a_line_that_is_not_utf8_is_named(pretrained, tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"fine\nalso fine\na review with a stray byte here: \xff and more\n")
+    line = refused(extract_features, f"--input_file={bad}", f"--output_file={tmp_path}/x.npz",
+                   f"--spiece_model_file={SPM}", f"--init_checkpoint={pretrained}", f"--output_dir={tmp_path}/o")
+    assert line == f"error: {bad}, line 3: not valid UTF-8 (invalid start byte at byte 33)", line
+    assert not (tmp_path / "x.npz").exists() and not (tmp_path / "o").exists()
+
+
+@pytest.mark.slow
+def test_a_nul_byte_is_said_once_with_its_line(pretrained, tmp_path):
+    d = tmp_path / "in"
+    d.mkdir()
+    (d / "texts.txt").write_text(TEXTS[0] + "\nwith a \x00 inside\n" + TEXTS[1] + "\nand \x00 again\n",
+                                 encoding="utf-8")
+    r = extract(d, tmp_path / "n.npz", f"--init_checkpoint={pretrained}")
+    said = [ln for ln in r.stderr.splitlines() if "NUL byte" in ln]
+    assert len(said) == 1 and said[0].startswith("W"), r.stderr[-3000:]
+    assert said[0].endswith(f"{d / 'texts.txt'}, line 2: a NUL byte (\\x00), which the tokenizer reads as <unk> "
+                            f"(and 1 more line(s) with one)"), said
+
+
 @pytest.mark.slow
 def test_blank_lines_are_counted_and_rows_map_back_to_lines(pretrained, tmp_path):
     """Blank and whitespace-only lines are skipped, the log says how many, and ``line_index`` gives each row's

@@ -129,7 +129,8 @@ def assert_utf8(texts) -> tf.Tensor:
     codepoints = tf.strings.unicode_decode(tf.reshape(texts, [-1]), "UTF-8", errors="replace",
                                            replacement_char=_NOT_UTF8)
     bad = tf.reduce_any(tf.equal(codepoints, _NOT_UTF8), axis=1)
-    first = tf.argmax(tf.cast(bad, tf.int32))  # the first bad row (only read when there is one)
+    # the first bad row (only read when there is one; the sentinel keeps an empty request's argmax defined)
+    first = tf.argmax(tf.concat([tf.cast(bad, tf.int32), [1]], 0))
     check = tf.debugging.Assert(tf.logical_not(tf.reduce_any(bad)),
                                 [tf.strings.format("input is not valid UTF-8: row {}", first)], name="utf8_check")
     with tf.control_dependencies([check]):

@@ -61,6 +61,17 @@ class Interrupted(KeyboardInterrupt):
         self.step, self.checkpoint_step, self.model_dir = step, checkpoint_step, model_dir
 
 
+class Diverged(ValueError):
+    """The training loss (or the gradients' norm) stopped being finite: the run diverged. The step, the last
+    finite loss and the last checkpoint kept (every checkpoint was saved at a finite loss); a ValueError, so the
+    entry points print it as their one ``error:`` line (exit code 2) and export nothing."""
+
+    def __init__(self, message: str, step: int, last_finite: Optional[Tuple[int, float]],
+                 checkpoint: Optional[str]):
+        super().__init__(message)
+        self.step, self.last_finite, self.checkpoint = step, last_finite, checkpoint
+
+
 class TrainResult(NamedTuple):
     model: Any
     history: List[Tuple[int, float]]
@@ -358,12 +369,28 @@ class Trainer:
                         write_scalar(name, value, step)
                 writer.flush()
                 window = []
-            if not math.isfinite(loss) and not self.fp16:
-                raise FloatingPointError(f"non-finite loss {loss} at step {step}")
+            if not self.fp16 and not (math.isfinite(loss) and math.isfinite(float(gnorm))):
+                raise self._diverged(step, loss, float(gnorm), history)
             if cfg.save_steps and step % cfg.save_steps == 0:
                 self._save_history(history)
                 self.save()
         return step
+
+
+    def _diverged(self, step: int, loss: float, gnorm: float, history) -> Diverged:
+        """The error of a step whose loss or gradient norm is not finite (its update is not saved)."""
+        finite = [(s, v) for s, v in history if math.isfinite(v)]
+        last = finite[-1] if finite else None
+        kept = self._saved or self.restored_from
+        what = f"loss {loss:g}" if not math.isfinite(loss) else f"gradient norm {gnorm:g} (loss {loss:.4g})"
+        cfg = self.config
+        return Diverged(
+            f"training diverged: {what} at step {step}"
+            + (f", the last finite loss {last[1]:.4g} at step {last[0]}" if last else "")
+            + (f"; the last checkpoint ({kept}) is kept" if kept else "; no checkpoint was saved")
+            + f" and nothing is exported: lower --learning_rate (now {cfg.learning_rate:g})"
+            + (f" or clip the gradients harder (--clip, now {cfg.clip_norm:g})" if cfg.clip_norm
+               else " or clip the gradients (--clip=1.0; now off)"), step, last, kept)
 
 
 def train(model_fn: Callable[[], Any], dataset_fn: Callable, config: TrainConfig,

@@ -210,6 +210,7 @@ def read_table(path: str, fmt: str, columns: Columns, task: ClassificationTask, 
 
     out: List[Example] = []
     n_rows = 0
+    discovering, numbers = task.labels is None and not task.regression, {}
     for line, row in rows:
         n_rows += 1
         if len(row) != ncols:
@@ -222,10 +223,26 @@ def read_table(path: str, fmt: str, columns: Columns, task: ClassificationTask, 
             text_a = clean(text_a)
             text_b = clean(text_b) if text_b is not None else None
         label = task.parse_label(field(row, label_idx[0]), path, line, label_idx[1]) if label_idx else None
+        if discovering and label is not None:
+            _check_same_number(numbers, label, path, line, label_idx[1])
         out.append(Example(f"{split}-{len(out)}", text_a, text_b, label))
     if n_rows == 0:
         raise DataError(path, None, "empty file; expected " + ("examples after the header" if names else "examples"))
     return out
+
+
+def _check_same_number(numbers: dict, label: str, path: str, line: int, field) -> None:
+    """While the label set is discovered: two label strings of one number ("1" and "1.0") would silently be two
+    classes; ``numbers``: number -> (the first label string of it, its line)."""
+    try:
+        number = float(label)
+    except ValueError:
+        return
+    first, first_line = numbers.setdefault(number, (label, line))
+    if first != label:
+        raise DataError(path, line, f"label {label!r} is the same number as label {first!r} on line {first_line}: "
+                                    f"they would be two classes; write each label one way, or pass --labels (the "
+                                    f"label set, in order)", field)
 
 
 _KINDS = {str: ("a JSON string", "JSON strings"), int: ("a JSON integer", "JSON integers"),
@@ -254,6 +271,7 @@ def read_jsonl(path: str, text_a: str, text_b: Optional[str], label: Optional[st
     out: List[Example] = []
     discovering = task.labels is None and not task.regression
     kinds: dict = {}  # while the label set is discovered: the JSON kind of the labels -> the labels of that kind
+    numbers: dict = {}  # ... and their numbers (``_check_same_number``)
     with open(path, "rb") as f:
         for line, raw in enumerate(f, 1):
             text = _decode(raw, path, line).lstrip("\ufeff")
@@ -281,6 +299,7 @@ def read_jsonl(path: str, text_a: str, text_b: Optional[str], label: Optional[st
                 lab = task.parse_label(str(value), path, line, label)
                 if discovering:
                     _check_label_kind(kinds, value, lab, path, line, label)
+                    _check_same_number(numbers, lab, path, line, label)
             out.append(Example(f"{split}-{len(out)}", obj[text_a], obj[text_b] if text_b else None, lab))
     if not out:
         raise DataError(path, None, "empty file; expected one JSON object per line")

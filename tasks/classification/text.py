@@ -124,14 +124,15 @@ class GenericTask(ClassificationTask):
       files: split -> file name inside ``data_dir``; default ``{split}.{tsv,csv,jsonl}``, whichever exists.
       fmt: "csv" | "tsv" | "jsonl"; default from the file extension.
       metrics, main_metric: default accuracy (+ f1 for labels {"0","1"}), pearson/spearman for regression.
+      allow_single_class: train even when the train file holds one class only (``check_labels`` refuses it).
     """
 
     def __init__(self, text_a_column: Col = "text", text_b_column: Optional[Col] = None,
                  label_column: Optional[Col] = "label", labels: Optional[Sequence[str]] = None,
                  regression: bool = False, files: Optional[Dict[str, str]] = None, fmt: Optional[str] = None,
                  header: bool = True, metrics: Optional[Sequence[str]] = None, main_metric: Optional[str] = None,
-                 name: str = "generic"):
-        self.name = name
+                 name: str = "generic", allow_single_class: bool = False):
+        self.name, self.allow_single_class = name, allow_single_class
         self.text_a_column, self.text_b_column, self.label_column = text_a_column, text_b_column, label_column
         self.labels = tuple(str(x) for x in labels) if labels is not None else None
         self.regression = regression
@@ -176,6 +177,22 @@ class GenericTask(ClassificationTask):
             found = {ex.label for ex in self._read_file(self.source_files(data_dir, "train")[0], "train")}
             self.labels = tuple(sorted((x for x in found if x is not None), key=_label_sort_key))
         return self.labels
+
+    def check_labels(self, data_dir: str, splits: Sequence[str]) -> None:
+        """Before any feature is written: each of ``splits`` read (a label outside the label set refused, naming
+        its line), and the train split holding at least two classes (unless ``allow_single_class``)."""
+        self.discover_labels(data_dir)
+        if self.regression:
+            return
+        for split in splits:
+            path = self.source_files(data_dir, split)[0]
+            examples = self._read_file(path, split)
+            classes = sorted({ex.label for ex in examples if ex.label is not None})
+            if split == "train" and len(classes) < 2 and not self.allow_single_class:
+                raise DataError(path, None, f"one class only ({', '.join(map(repr, classes)) or 'no labels'} on every "
+                                            f"line): a classifier learns nothing from it (loss 0 from the first "
+                                            f"step); add examples of the other classes, or pass "
+                                            f"--allow_single_class to train anyway")
 
     def _read(self, data_dir: str, split: str) -> List[Example]:
         self.discover_labels(data_dir)

@@ -1,0 +1,76 @@
+"""Label sets a generic task cannot learn from (issue #52): a train file of one class is refused by default
+(``--allow_single_class`` trains anyway), the dev/test labels are checked before any feature is written, and two
+label strings of one number ("1" and "1.0") are refused naming their lines. Through run_classifier's ``main``."""
+
+import pytest
+
+import run_classifier
+from tests.cli_util import refused, succeeds
+from tests.conftest import shared_path
+
+
+def write_tsv(path, rows):
+    path.write_text("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in rows), encoding="utf-8")
+
+
+def args(glue, data, out, *extra):
+    return ["--task=generic", f"--data_dir={data}", "--text_a_column=sentence",
+            f"--model_config_path={glue / 'cfg.json'}", f"--spiece_model_file={shared_path('spiece', 'spiece.model')}",
+            f"--output_dir={out}", "--max_seq_length=16", "--train_batch_size=4", "--train_steps=1",
+            "--progress=false", "--do_train", "--do_eval", *extra]
+
+
+SENTENCES = ["a fine film", "a dull film", "the best", "the worst", "good fun", "a bore"]
+
+
+def test_a_train_file_of_one_class_is_refused_before_anything_is_written(glue, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    write_tsv(data / "train.tsv", [(s, 1) for s in SENTENCES])
+    write_tsv(data / "dev.tsv", [(s, i % 2) for i, s in enumerate(SENTENCES)])
+    line = refused(run_classifier, *args(glue, data, tmp_path / "out"))
+    assert line == (f"error: {data / 'train.tsv'}: one class only ('1' on every line): a classifier learns nothing "
+                    f"from it (loss 0 from the first step); add examples of the other classes, or pass "
+                    f"--allow_single_class to train anyway"), line
+    line = refused(run_classifier, *args(glue, data, tmp_path / "out", "--labels=0,1"))
+    assert "one class only ('1' on every line)" in line  # the label set given: still one class in the data
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_allow_single_class_trains_anyway(glue, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    write_tsv(data / "train.tsv", [(s, 1) for s in SENTENCES])
+    write_tsv(data / "dev.tsv", [(s, 1) for s in SENTENCES])
+    succeeds(run_classifier, *args(glue, data, tmp_path / "out", "--allow_single_class"))
+
+
+def test_a_dev_label_outside_the_set_is_refused_before_any_feature_is_written(glue, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    write_tsv(data / "train.tsv", [(s, i % 2) for i, s in enumerate(SENTENCES)])
+    write_tsv(data / "dev.tsv", [("fine", 0), ("dull", 1), ("meh", 2)])
+    line = refused(run_classifier, *args(glue, data, tmp_path / "out"))
+    assert line == (f"error: {data / 'dev.tsv'}, line 4: field 'label': expected a label in ['0', '1'], got '2'"), line
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("fmt", ["tsv", "jsonl"])
+def test_labels_of_one_number_are_refused_naming_the_lines(glue, tmp_path, fmt):
+    import json
+
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = [("a fine film", "1"), ("a dull film", "0"), ("the best", "1.0"), ("the worst", "0")]
+    if fmt == "tsv":
+        write_tsv(data / "train.tsv", rows)
+        where = f"{data / 'train.tsv'}, line 4: field 'label'"
+    else:
+        (data / "train.jsonl").write_text("".join(json.dumps({"sentence": t, "label": y}) + "\n" for t, y in rows))
+        where = f"{data / 'train.jsonl'}, line 3: field 'label'"
+    line = refused(run_classifier, *args(glue, data, tmp_path / "out"))
+    assert line == (f"error: {where}: label '1.0' is the same number as label '1' on line {2 if fmt == 'tsv' else 1}"
+                    f": they would be two classes; write each label one way, or pass --labels (the label set, in "
+                    f"order)"), line
+    assert not (tmp_path / "out").exists()
