@@ -188,7 +188,8 @@ def damage(path: str, manifest: Optional[dict] = None) -> Optional[str]:
     if _WHOLE.get(path) == identity:
         return None
     if "bytes" in m and st.st_size != m["bytes"]:
-        return (f"{st.st_size:,} bytes, {m['bytes']:,} when written ({'truncated' if st.st_size < m['bytes'] else 'changed'})")
+        how = "truncated" if st.st_size < m["bytes"] else "changed"
+        return f"{st.st_size:,} bytes, {m['bytes']:,} when written ({how})"
     if "crc32" in m and file_crc32(path) != m["crc32"]:
         return "its CRC32 differs from the one recorded when it was written (corrupted bytes)"
     try:

@@ -376,7 +376,6 @@ class Trainer:
                 self.save()
         return step
 
-
     def _diverged(self, step: int, loss: float, gnorm: float, history) -> Diverged:
         """The error of a step whose loss or gradient norm is not finite (its update is not saved)."""
         finite = [(s, v) for s, v in history if math.isfinite(v)]
