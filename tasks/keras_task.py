@@ -188,7 +188,8 @@ class XLNetTask(TaskModel):
                 optimizer = cfg_optimizer(cfg, pretrained=self.pretrained)
         if metrics == AUTO:
             metrics = self.default_metrics()
-        super().compile(optimizer=optimizer, loss=None, metrics=metrics, jit_compile=False,
+        self._has_metrics = bool(metrics)
+        super().compile(optimizer=optimizer, loss=None, metrics=metrics or None, jit_compile=False,
                         run_eagerly=keras_kw.get("run_eagerly", False))
 
     def train_config(self, train_steps: int) -> TrainConfig:
@@ -239,23 +240,23 @@ class XLNetTask(TaskModel):
             features = tf.nest.map_structure(lambda t: t[None], features)
 
         def on_outputs(f, outputs):
-            if self._compile_metrics is not None:
+            if self._has_metrics:
                 self._compile_metrics.update_state(*self.metric_pair(f, outputs))
 
         step = tf.convert_to_tensor(self.optimizer.iterations)
         loss, _ = self._rule.replica_fn(features, step, loss=self._example_loss(), on_outputs=on_outputs)
         size = tf.shape(tf.nest.flatten(features)[0])
         self._loss_tracker.update_state(loss, sample_weight=size[0] * size[1])
-        return self.get_metrics_result()
+        return self.get_metrics_result() if self._has_metrics else {"loss": self._loss_tracker.result()}
 
     def test_step(self, data):
         features = self._features(data)
         outputs = self(features, training=False)
         per_example = tf.cast(self._example_loss()(features, outputs), tf.float32)
         self._loss_tracker.update_state(tf.reduce_mean(per_example), sample_weight=tf.shape(per_example)[0])
-        if self._compile_metrics is not None:
+        if self._has_metrics:
             self._compile_metrics.update_state(*self.metric_pair(features, outputs))
-        return self.get_metrics_result()
+        return self.get_metrics_result() if self._has_metrics else {"loss": self._loss_tracker.result()}
 
     def predict_step(self, data):
         x, _, _ = keras.utils.unpack_x_y_sample_weight(data)

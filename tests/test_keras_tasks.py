@@ -239,3 +239,30 @@ def test_squad_and_race_models_answer_raw_text_as_their_exports(tmp_path):
     mc.compile(learning_rate=1e-3)
     mc.fit((articles, race_q, options), np.array([0, 1]), batch_size=2, epochs=1, verbose=0)
     assert int(mc.optimizer.iterations) == 1
+
+
+@pytest.mark.slow
+def test_question_answerer_fits_raw_squad_text():
+    """fit and evaluate on raw SQuAD v2.0 questions, contexts and answers (None for no answer): the command
+    line's training windows, the head's loss falling on the examples it trains on."""
+    import json
+
+    data = json.load(open(shared_path("squad", "dev-v2.0.json"), encoding="utf-8"))["data"][0]["paragraphs"][:3]
+    questions, contexts, answers = [], [], []
+    for p in data:
+        for qa in p["qas"][:4]:
+            questions.append(qa["question"])
+            contexts.append(p["context"])
+            answers.append(None if qa.get("is_impossible") else qa["answers"][0])
+    assert None in answers and any(answers)
+    from xlnet_tf.tasks import XLNetQuestionAnswerer
+
+    qa = XLNetQuestionAnswerer(_config(), tokenizer=shared_path(*SPIECE), max_seq_length=64, doc_stride=32,
+                               max_query_length=16)
+    qa.compile(learning_rate=3e-3, train_steps=30)
+    before = qa.evaluate((questions, contexts), answers, verbose=0, return_dict=True)["loss"]
+    qa.fit((questions, contexts), answers, batch_size=16, epochs=10, verbose=0)
+    after = qa.evaluate((questions, contexts), answers, verbose=0, return_dict=True)["loss"]
+    assert after < 0.8 * before, (before, after)
+    with pytest.raises(ValueError, match="is not at character"):
+        qa.fit((questions[:1], contexts[:1]), [{"text": "zzz", "answer_start": 0}], verbose=0)

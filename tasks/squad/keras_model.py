@@ -2,10 +2,11 @@
 ``(questions, contexts)`` and answers as the ``run_squad.py`` export does (the same in-graph windows, beams and
 post-processing, ``tasks/squad/serving.py``): ``answer_text``, ``answer_start`` / ``answer_end`` (characters of
 the context), ``score``, ``null_odds``, ``no_answer_probability`` and ``has_answer`` (v2.0's null decision with
-``null_threshold``). ``fit`` / ``evaluate`` read the command line's SQuAD features (numpy dicts or a tf.data
-Dataset of them, e.g. ``tasks.squad.features.make_dataset`` on ``run_squad.py``'s cached records): training
-needs the answers' positions in the pieces, which its Python windows compute. The base class
-(``tasks/keras_task.py``) says what every task model shares."""
+``null_threshold``). ``fit`` / ``evaluate`` take raw ``(questions, contexts)`` with answers as SQuAD writes them
+(``{"text": ..., "answer_start": character}``, or None for a v2.0 question without one), windowed by
+``run_squad.py``'s Python features (``tasks.squad.features.build_squad_features``, in memory), or the command
+line's features (numpy dicts or a tf.data Dataset of them, e.g. ``tasks.squad.features.squad_dataset`` on
+``run_squad.py``'s cached records). The base class (``tasks/keras_task.py``) says what every task model shares."""
 
 from __future__ import annotations
 
@@ -58,13 +59,44 @@ class XLNetQuestionAnswerer(XLNetTask):
     def is_raw(self, element_spec) -> bool:
         first = element_spec[0] if isinstance(element_spec, tuple) else element_spec
         if isinstance(first, tf.TensorSpec) and first.dtype == tf.string:
-            raise TypeError("XLNetQuestionAnswerer: fit/evaluate read SQuAD features (the answers' positions in "
-                            "the pieces); raw (questions, contexts) go to predict")
+            raise TypeError("XLNetQuestionAnswerer: a dataset of SQuAD features, or raw (questions, contexts) "
+                            "with answers as lists")
         return False
 
-    def raw_inputs(self, x):
-        raise TypeError("XLNetQuestionAnswerer: fit/evaluate read SQuAD features (a dict of arrays or a "
-                        "tf.data.Dataset of them, as run_squad.py writes); raw (questions, contexts) go to predict")
+    def as_dataset(self, x, y, batch_size, shuffle, training, micro_batches=1):
+        if isinstance(x, tuple) and len(x) == 2 and not isinstance(x[0], dict):
+            if y is None:
+                raise TypeError("XLNetQuestionAnswerer: fit/evaluate on (questions, contexts) need the answers "
+                                "({'text', 'answer_start'} or None each); predict reads raw text alone")
+            x, y = self.squad_features(x, y), None
+        return super().as_dataset(x, y, batch_size, shuffle, training, micro_batches)
+
+    def squad_features(self, x, answers) -> Dict[str, np.ndarray]:
+        """Raw questions, contexts and answers -> the command line's training windows (numpy, [windows, L])."""
+        from xlnet_tf.tasks.squad.features import build_squad_features
+        from xlnet_tf.tasks.squad.reader import SquadExample
+
+        questions, contexts = (list(map(str, t)) for t in x)
+        answers = list(answers)
+        if not len(questions) == len(contexts) == len(answers):
+            raise ValueError(f"{len(questions)} questions, {len(contexts)} contexts, {len(answers)} answers")
+        context_ids: Dict[str, int] = {}
+        examples = []
+        for i, (q, c, a) in enumerate(zip(questions, contexts, answers)):
+            text = "" if not a else str(a["text"])
+            start = int(a["answer_start"]) if text else -1
+            if text and c[start:start + len(text)] != text:
+                raise ValueError(f"answer {i}: {text!r} is not at character {start} of its context "
+                                 f"(found {c[start:start + len(text)]!r})")
+            examples.append(SquadExample(qas_id=str(i), question=q, context=c,
+                                         context_id=context_ids.setdefault(c, len(context_ids)), answer_text=text,
+                                         answer_start=start, is_impossible=not text,
+                                         answers=[text] if text else [], answer_starts=[start] if text else []))
+        o = self.squad_options
+        records, _ = build_squad_features(examples, self.tokenizer, self.max_seq_length, o["doc_stride"],
+                                          o["max_query_length"], is_training=True)
+        keys = [k for k in records[0] if k != "unique_id"]
+        return {k: np.asarray([r[k] for r in records], np.int32) for k in keys}
 
     def metric_pair(self, features, outputs):
         raise ValueError("XLNetQuestionAnswerer has no compiled metrics (the SQuAD scores need the "
