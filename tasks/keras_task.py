@@ -244,7 +244,11 @@ class XLNetTask(TaskModel):
                 self._compile_metrics.update_state(*self.metric_pair(f, outputs))
 
         step = tf.convert_to_tensor(self.optimizer.iterations)
-        loss, _ = self._rule.replica_fn(features, step, loss=self._example_loss(), on_outputs=on_outputs)
+        # Keras runs this inside its own tf.function under strategy.run: the rule's step itself, except where the
+        # whole step is XLA-compiled (one replica: a GPU, or float16 on a CPU), its compiled function
+        rule = self._rule
+        step_fn = rule.replica_fn if rule.jit == "step" else rule.replica_step
+        loss, _ = step_fn(features, step, loss=self._example_loss(), on_outputs=on_outputs)
         size = tf.shape(tf.nest.flatten(features)[0])
         self._loss_tracker.update_state(loss, sample_weight=size[0] * size[1])
         return self.get_metrics_result() if self._has_metrics else {"loss": self._loss_tracker.result()}

@@ -185,6 +185,15 @@ def test_gradient_accumulation_and_mixed_precision_fit():
     bf16.fit(x, y, batch_size=16, epochs=1, verbose=0)
     assert bf16.compute_dtype == "bfloat16" and int(bf16.optimizer.iterations) == 2
     assert bf16.predict(x[:4], verbose=0).dtype == np.float32
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        fp16 = _classifier(L=32)
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+    fp16.compile(learning_rate=1e-3)  # (Keras wraps the optimizer in a LossScaleOptimizer, the update unscales)
+    history = fp16.fit(x, y, batch_size=16, epochs=1, verbose=0)
+    assert isinstance(fp16.optimizer, keras.optimizers.LossScaleOptimizer) and np.isfinite(history.history["loss"][0])
+    assert fp16._rule.jit == "step"  # float16 on a CPU: the whole step in XLA, as the command lines
 
 
 @pytest.mark.slow
@@ -266,3 +275,47 @@ def test_question_answerer_fits_raw_squad_text():
     assert after < 0.8 * before, (before, after)
     with pytest.raises(ValueError, match="is not at character"):
         qa.fit((questions[:1], contexts[:1]), [{"text": "zzz", "answer_start": 0}], verbose=0)
+
+
+MIRRORED_FIT = """
+import json, sys
+import numpy as np, tensorflow as tf, keras
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+sys.path.insert(0, ".")
+from tests.test_keras_tasks import _classifier, _config, _sst2
+from xlnet_tf.tasks import XLNetClassifier
+x, y = _sst2("train", 96)
+def run(strategy):
+    with strategy.scope():
+        keras.utils.set_random_seed(5)
+        model = XLNetClassifier(_config(dropout=0.0, dropatt=0.0), num_classes=2, max_seq_length=32,
+                                tokenizer=sys.argv[1], head_options={"dropout": 0.0})
+        model.compile(learning_rate=1e-3)
+    history = model.fit(x, y, batch_size=32, epochs=1, shuffle=False, verbose=0).history
+    return model, history["loss"][0]
+mirrored, loss_m = run(tf.distribute.MirroredStrategy(["CPU:0", "CPU:1"]))
+one, loss_d = run(tf.distribute.get_strategy())
+assert mirrored.distribute_strategy.num_replicas_in_sync == 2 and int(mirrored.optimizer.iterations.numpy()) == 3
+worst = max(float(np.max(np.abs(a.numpy() - b.numpy()))) for a, b in zip(mirrored.weights, one.weights))
+print(json.dumps({"worst": worst, "loss": [loss_m, loss_d]}))
+"""
+
+
+@pytest.mark.slow
+def test_fit_under_mirrored_strategy_equals_one_device():
+    """A task model built under a MirroredStrategy scope (2 logical CPUs, a process of its own) fits the global
+    batch split over its replicas: the weights after 3 steps equal the one-device fit's (no dropout; only the order
+    of float additions differs: per-replica sums, then the all-reduce)."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    r = subprocess.run([sys.executable, "-c", MIRRORED_FIT, shared_path(*SPIECE)], cwd=REPO, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["worst"] < 1e-4, out
+    assert out["loss"][0] == pytest.approx(out["loss"][1], rel=1e-4), out
