@@ -70,11 +70,10 @@ def train_config(F, model_dir: str):
     return TrainConfig(
         learning_rate=F.learning_rate, train_steps=F.train_steps, warmup_steps=F.warmup_steps,
         min_lr_ratio=F.min_lr_ratio, weight_decay=F.weight_decay, adam_epsilon=F.adam_epsilon,
-        adam_bias_correction=bias_correction(F),
-        clip_norm=F.clip if F.clip > 0 else None, lr_layer_decay_rate=F.lr_layer_decay_rate,
-        layer_decay_mode=F.layer_decay_mode, grad_accum_steps=F.grad_accum_steps, precision=F.precision,
-        num_trainable_layers=None if F.num_trainable_layers < 0 else F.num_trainable_layers,
-        jit_compile={"auto": None, "true": True, "update": "update", "false": False}[F.jit], model_dir=model_dir,
+        adam_bias_correction=F.adam_bias_correction, pretrained=bool(F.init_checkpoint), clip_norm=F.clip,
+        lr_layer_decay_rate=F.lr_layer_decay_rate, layer_decay_mode=F.layer_decay_mode,
+        grad_accum_steps=F.grad_accum_steps, precision=F.precision, num_trainable_layers=F.num_trainable_layers,
+        jit_compile=F.jit, model_dir=model_dir,
         save_steps=F.save_steps, keep_checkpoint_max=F.keep_checkpoint_max, log_steps=F.iterations,
         seed=F.seed, progress=F.progress)
 
@@ -84,16 +83,6 @@ def length_options(F) -> dict:
     gradient accumulation needs one shape), and ``length_multiple`` (--length_multiple; 0: None, the rule of
     ``xlnet_tf/lengths.py``)."""
     return dict(bucket=bool(F.length_buckets) and F.grad_accum_steps == 1, length_multiple=F.length_multiple or None)
-
-
-def bias_correction(F) -> bool:
-    """--adam_bias_correction, with auto resolved by ``optimization.auto_bias_correction`` (the original's rule
-    when --init_checkpoint is given, on when training from random initialisation)."""
-    from xlnet_tf.optimization import auto_bias_correction
-
-    if F.adam_bias_correction != "auto":
-        return F.adam_bias_correction == "true"
-    return auto_bias_correction(F.weight_decay, pretrained=bool(F.init_checkpoint))
 
 
 def _check_case(F) -> None:

@@ -36,7 +36,7 @@ from xlnet_tf.lengths import default_multiple, padded_length
 from xlnet_tf.task_model import TaskModel
 from xlnet_tf.tokenizer import XLNetTokenizer
 from xlnet_tf.train_config import TrainConfig
-from xlnet_tf.train_step import UpdateRule, cfg_optimizer
+from xlnet_tf.train_step import UpdateRule
 
 log = logging.getLogger(__name__)
 
@@ -183,9 +183,8 @@ class XLNetTask(TaskModel):
         self._loss_spec = loss
         object.__setattr__(self, "_rule", None)
         if optimizer == AUTO:
-            cfg = self.train_config(train_options.get("train_steps") or 1)
             with self.distribute_strategy.scope():
-                optimizer = cfg_optimizer(cfg, pretrained=self.pretrained)
+                optimizer = self.train_config(train_options.get("train_steps") or 1).optimizer()
         if metrics == AUTO:
             metrics = self.default_metrics()
         self._has_metrics = bool(metrics)
@@ -196,6 +195,7 @@ class XLNetTask(TaskModel):
         opts = dict(self._train_options)
         opts["train_steps"] = int(opts.get("train_steps") or train_steps)
         opts.setdefault("seed", self.seed)
+        opts.setdefault("pretrained", self.pretrained)
         opts.setdefault("precision", hardware.policy_name(self))
         return TrainConfig(**opts)
 
@@ -213,7 +213,7 @@ class XLNetTask(TaskModel):
             cfg = self.train_config(train_steps)
             with self.distribute_strategy.scope():
                 rule = UpdateRule(self, cfg, self.distribute_strategy, optimizer=self.optimizer,
-                                  pretrained=self.pretrained, precision=hardware.policy_name(self))
+                                  precision=hardware.policy_name(self))
             object.__setattr__(self, "_rule", rule)
             self.optimizer = rule.outer_optimizer
         return self._rule

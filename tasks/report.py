@@ -70,10 +70,7 @@ def class_table(results: Dict) -> List[str]:
 
 def learning_rates(train_config, steps: Sequence[int]) -> np.ndarray:
     """The learning rate of ``train_config``'s schedule at each of ``steps`` (1-based update numbers)."""
-    from xlnet_tf.optimization import WarmupLinearDecay
-
-    c = train_config
-    schedule = WarmupLinearDecay(c.learning_rate, c.train_steps, c.warmup_steps, c.min_lr_ratio)
+    schedule = train_config.schedule()
     return np.asarray(schedule(np.asarray(steps, np.float32) - 1.0), np.float64).reshape(-1)
 
 

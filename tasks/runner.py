@@ -165,14 +165,10 @@ def train_history(model_dir: Optional[str], history=None):
 
 def health_context(train_config, init_checkpoint: Optional[str]) -> Dict:
     """What ``tasks.health.likely_causes`` reads of the run's settings."""
-    from xlnet_tf.optimization import auto_bias_correction
-
     if train_config is None:
         return {"pretrained": bool(init_checkpoint)}
-    bc = train_config.adam_bias_correction
     return {"learning_rate": train_config.learning_rate, "weight_decay": train_config.weight_decay,
-            "bias_correction": auto_bias_correction(train_config.weight_decay, pretrained=True) if bc is None
-            else bool(bc),
+            "bias_correction": train_config.adam_bias_correction,
             "pretrained": bool(init_checkpoint), "train_steps": train_config.train_steps,
             "warmup_steps": train_config.warmup_steps}
 

@@ -73,17 +73,16 @@ def test_bias_correction_auto_rule():
     assert ctx["bias_correction"] is False and ctx["pretrained"] is True
 
 
-def test_run_common_resolves_auto_by_init_checkpoint():
-    import run_common
-
-    class F:
-        adam_bias_correction, weight_decay, init_checkpoint = "auto", 0.01, None
-
-    assert run_common.bias_correction(F) is True
-    F.init_checkpoint = "some/checkpoint"
-    assert run_common.bias_correction(F) is False
-    F.adam_bias_correction = "true"
-    assert run_common.bias_correction(F) is True
+def test_train_config_resolves_its_options_once():
+    """"auto" bias correction by the backbone's start (run_common passes --init_checkpoint's presence), and the
+    flags' sentinels: a clip <= 0, a negative num_trainable_layers, the jit names."""
+    assert TrainConfig(adam_bias_correction="auto", weight_decay=0.01, pretrained=False).adam_bias_correction is True
+    assert TrainConfig(adam_bias_correction="auto", weight_decay=0.01, pretrained=True).adam_bias_correction is False
+    assert TrainConfig(adam_bias_correction="true", weight_decay=0.01).adam_bias_correction is True
+    c = TrainConfig(clip_norm=0.0, num_trainable_layers=-1, jit_compile="false")
+    assert (c.clip_norm, c.num_trainable_layers, c.jit_compile) == (None, None, "off")
+    assert TrainConfig(jit_compile="auto").jit_compile is None and TrainConfig(jit_compile=True).jit_compile == "step"
+    assert abs(float(TrainConfig(learning_rate=1e-3, warmup_steps=10).schedule()(5)) - 5e-4) < 1e-9
 
 
 def test_history_file_covers_every_step_of_a_resumed_run(tmp_path):

@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import keras
 import tensorflow as tf
 
-from xlnet_tf.train_config import LAYER_DECAY_MODES
+from xlnet_tf.train_config import LAYER_DECAY_MODES, TrainConfig, auto_bias_correction  # noqa: F401
 
 # kernel: projection matrices; embedding: lookup tables (word, mask); bias: additive biases of dense layers
 # (and the attention summary's query); norm: LayerNorm scale and offset; attention_bias: r_w/r_r/r_s biases of
@@ -146,7 +146,8 @@ class AdamW(keras.optimizers.AdamW):
     With ``weight_decay > 0`` every updated variable needs its flag (``set_decay_flags``; the Trainer passes
     ``decay_flags(model, variables)``)."""
 
-    def __init__(self, learning_rate=1e-5, weight_decay=0.0, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
+    def __init__(self, learning_rate=TrainConfig.learning_rate, weight_decay=TrainConfig.weight_decay, beta_1=0.9,
+                 beta_2=0.999, epsilon=TrainConfig.adam_epsilon,
                  bias_correction=True, name="adamw", **kwargs):
         super().__init__(learning_rate=learning_rate, weight_decay=weight_decay, beta_1=beta_1, beta_2=beta_2,
                          epsilon=epsilon, name=name, **kwargs)
@@ -270,21 +271,11 @@ def select_trainable(model, num_trainable_layers: Optional[int] = None) -> List:
     return [v for v in variables if int(model.variable_depth(v)) > n - num_trainable_layers]
 
 
-def auto_bias_correction(weight_decay: float, pretrained: bool) -> bool:
-    """Adam bias correction by default. Fine-tuning pretrained weights: the original's rule, on when
-    ``weight_decay == 0`` (its tf.train.AdamOptimizer) and off otherwise (its AdamWeightDecayOptimizer), which is
-    what reproduces the published recipes (2e-5..5e-5 on a pretrained backbone). From random initialisation:
-    always on; without it the first few hundred updates are 3-6x larger, and at the learning rates a fresh model
-    needs (1e-4..1e-3) that collapses a run to one label (measured on the quickstart: dev 0.375 vs 0.79)."""
-    return True if not pretrained else not weight_decay > 0
-
-
 def create_optimizer(learning_rate: float, train_steps: int, warmup_steps: int = 0, min_lr_ratio: float = 0.0,
-                     weight_decay: float = 0.0, epsilon: float = 1e-6,
+                     weight_decay: float = 0.0, epsilon: float = TrainConfig.adam_epsilon,
                      bias_correction: Optional[bool] = None) -> AdamW:
-    """AdamW on the WarmupLinearDecay schedule (call inside ``strategy.scope()``). ``bias_correction=None``: the
-    original's choice, on when ``weight_decay == 0`` and off otherwise."""
-    if bias_correction is None:
-        bias_correction = auto_bias_correction(weight_decay, pretrained=True)
-    schedule = WarmupLinearDecay(learning_rate, train_steps, warmup_steps, min_lr_ratio)
-    return AdamW(learning_rate=schedule, weight_decay=weight_decay, epsilon=epsilon, bias_correction=bias_correction)
+    """AdamW on the WarmupLinearDecay schedule (call inside ``strategy.scope()``): ``TrainConfig(...).optimizer()``
+    for these fields (``bias_correction=None``: "auto" for a pretrained backbone)."""
+    return TrainConfig(learning_rate=learning_rate, train_steps=train_steps, warmup_steps=warmup_steps,
+                       min_lr_ratio=min_lr_ratio, weight_decay=weight_decay, adam_epsilon=epsilon,
+                       adam_bias_correction=bias_correction).optimizer()

@@ -88,14 +88,13 @@ class UpdateRule:
     """One training update of ``model`` as ``config`` says (module docstring). Build it under the strategy's
     scope (the optimizer's slots are created here, for the trainable subset only).
 
-    ``optimizer``: None builds the recipe's AdamW from ``config`` (``pretrained`` decides "auto" bias
-    correction: the original's rule for a pretrained backbone, on from random initialisation); a Keras
-    optimizer (possibly a ``LossScaleOptimizer``) is used as given, the recipe's per-variable settings applied
-    when it is our ``optimization.AdamW``. ``precision``: the compute policy of ``model`` (default
+    ``optimizer``: None builds the recipe's AdamW (``config.optimizer()``); a Keras optimizer (possibly a
+    ``LossScaleOptimizer``) is used as given, the recipe's per-variable settings applied when it is our
+    ``optimization.AdamW``. ``precision``: the compute policy of ``model`` (default
     ``config.precision``)."""
 
     def __init__(self, model, config: TrainConfig, strategy: Optional[tf.distribute.Strategy] = None,
-                 optimizer=None, pretrained: bool = True, precision: Optional[str] = None):
+                 optimizer=None, precision: Optional[str] = None):
         self.model, self.config = model, config
         cfg = config
         strategy = strategy or tf.distribute.get_strategy()
@@ -111,7 +110,7 @@ class UpdateRule:
                                                     cfg.layer_decay_mode)
         self.grad_mult = mult if cfg.layer_decay_mode == "grad" else None
         if optimizer is None:
-            optimizer = cfg_optimizer(cfg, pretrained)
+            optimizer = cfg.optimizer()
         if self.fp16 and not isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer, initial_scale=cfg.initial_loss_scale)
         self.outer_optimizer = optimizer
@@ -141,8 +140,7 @@ class UpdateRule:
 
     @property
     def clip(self) -> Optional[float]:
-        c = self.config.clip_norm
-        return float(c) if c and c > 0 else None
+        return self.config.clip_norm
 
     def reseed(self, step) -> None:
         """The heads' dropout RNG for this step and replica, from (seed, step, replica) alone."""
@@ -231,13 +229,3 @@ class UpdateRule:
 
         return update
 
-
-def cfg_optimizer(cfg: TrainConfig, pretrained: bool = True) -> "optimization.AdamW":
-    """The recipe's AdamW on its warmup + linear decay schedule, from ``cfg`` (call inside the strategy's scope).
-    ``adam_bias_correction=None``: "auto" (``optimization.auto_bias_correction``) for a pretrained or a fresh
-    backbone."""
-    bias = cfg.adam_bias_correction
-    if bias is None:
-        bias = optimization.auto_bias_correction(cfg.weight_decay, pretrained)
-    return optimization.create_optimizer(cfg.learning_rate, cfg.train_steps, cfg.warmup_steps, cfg.min_lr_ratio,
-                                         cfg.weight_decay, cfg.adam_epsilon, bias)
