@@ -5,7 +5,7 @@ import numpy as np
 
 from xlnet_tf.tasks import health
 from xlnet_tf.tasks.runner import health_context
-from xlnet_tf.optimization import auto_bias_correction
+from xlnet_tf.train_config import auto_bias_correction
 from xlnet_tf.training import TrainConfig
 
 

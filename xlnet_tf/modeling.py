@@ -7,7 +7,7 @@ from typing import Dict, List, Optional, Sequence
 import keras
 import tensorflow as tf
 
-from xlnet_tf import checkpoint, paths
+from xlnet_tf import checkpoint, path_choice
 from xlnet_tf.attention import KeyValueMemory, LayerInputs
 from xlnet_tf.block import XLNetBlock
 from xlnet_tf.config import XLNetConfig
@@ -46,7 +46,7 @@ class XLNetModel(keras.Model):
     cache's next rows); with ``output_hidden_states=True`` also ``hidden_states``: the content stream
     entering block 0 (the embeddings) and leaving each block, n_layer + 1 tensors [b, q, d] (before the output
     dropout). Mask conventions: see ``xlnet_tf/masks.py``. The run option ``config.accelerate`` names the speed
-    paths; ``paths.choose`` hands in, once per call, what applies (``xlnet_tf/paths.py``).
+    paths; ``path_choice.choose`` hands in, once per call, what applies (``xlnet_tf/paths.py``).
     """
 
     def __init__(self, config: XLNetConfig, seed: int = 0, name: str = "xlnet", **kwargs):
@@ -155,7 +155,7 @@ class XLNetModel(keras.Model):
 
         dtype = self.compute_dtype
         pos_dropout = seed is not None and c.dropout > 0
-        chosen = paths.choose(c, dtype, training, pos_dropout and c.pos_dropout == "per_example")
+        chosen = path_choice.choose(c, dtype, training, pos_dropout and c.pos_dropout == "per_example")
         query_blocked, content_blocked = attention_masks(qlen, mlen, bsz, padding_mask, perm_mask,
                                                          c.attn_type, c.same_length,
                                                          mem_padding_mask if mems is not None else None)

@@ -31,7 +31,6 @@ from typing import Any, Dict, List, Optional, Sequence
 import keras
 import tensorflow as tf
 
-from xlnet_tf.train_config import LAYER_DECAY_MODES, TrainConfig, auto_bias_correction  # noqa: F401
 
 # kernel: projection matrices; embedding: lookup tables (word, mask); bias: additive biases of dense layers
 # (and the attention summary's query); norm: LayerNorm scale and offset; attention_bias: r_w/r_r/r_s biases of
@@ -86,8 +85,8 @@ def layer_decay_factors(model, variables: Sequence, rate: float, mode: str = "gr
     """Per-variable factors of layer-wise decay (module docstring): mode "grad" multiplies the clipped
     gradients of the layer-scoped weights of block l by rate^(n_layer-1-l); mode "lr" gives every variable the
     learning-rate factor rate^(n_layer-depth) (embeddings rate^n_layer, top block and heads 1)."""
-    if mode not in LAYER_DECAY_MODES:
-        raise ValueError(f"layer_decay_mode: expected one of {LAYER_DECAY_MODES}, got {mode!r}")
+    if mode not in ("grad", "lr"):  # (train_config.LAYER_DECAY_MODES: this module reads no run options)
+        raise ValueError(f"layer_decay_mode: expected 'grad' or 'lr', got {mode!r}")
     n = int(model.n_layer)
     roles = variable_roles(model) if mode == "grad" else {}
     out = []
@@ -146,8 +145,7 @@ class AdamW(keras.optimizers.AdamW):
     With ``weight_decay > 0`` every updated variable needs its flag (``set_decay_flags``; the Trainer passes
     ``decay_flags(model, variables)``)."""
 
-    def __init__(self, learning_rate=TrainConfig.learning_rate, weight_decay=TrainConfig.weight_decay, beta_1=0.9,
-                 beta_2=0.999, epsilon=TrainConfig.adam_epsilon,
+    def __init__(self, learning_rate=1e-5, weight_decay=0.0, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
                  bias_correction=True, name="adamw", **kwargs):
         super().__init__(learning_rate=learning_rate, weight_decay=weight_decay, beta_1=beta_1, beta_2=beta_2,
                          epsilon=epsilon, name=name, **kwargs)
@@ -269,13 +267,3 @@ def select_trainable(model, num_trainable_layers: Optional[int] = None) -> List:
     if num_trainable_layers > n:
         raise ValueError(f"num_trainable_layers={num_trainable_layers} > n_layer={n}")
     return [v for v in variables if int(model.variable_depth(v)) > n - num_trainable_layers]
-
-
-def create_optimizer(learning_rate: float, train_steps: int, warmup_steps: int = 0, min_lr_ratio: float = 0.0,
-                     weight_decay: float = 0.0, epsilon: float = TrainConfig.adam_epsilon,
-                     bias_correction: Optional[bool] = None) -> AdamW:
-    """AdamW on the WarmupLinearDecay schedule (call inside ``strategy.scope()``): ``TrainConfig(...).optimizer()``
-    for these fields (``bias_correction=None``: "auto" for a pretrained backbone)."""
-    return TrainConfig(learning_rate=learning_rate, train_steps=train_steps, warmup_steps=warmup_steps,
-                       min_lr_ratio=min_lr_ratio, weight_decay=weight_decay, adam_epsilon=epsilon,
-                       adam_bias_correction=bias_correction).optimizer()

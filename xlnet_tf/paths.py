@@ -10,8 +10,8 @@ TensorFlow ops and take their speed paths as a ``Paths``, handed in through each
 * ``kernel``: the compiled attention ops (``xlnet_tf.accel.fused_attention``), which take the keys in their own
   layout, or None; ``chunk``: the query-chunk rows the attention dropout masks are drawn in (0: one piece).
 
-``choose`` is the one place the plain model meets ``xlnet_tf.accel``: a model whose config names no acceleration
-never imports it; otherwise ``accel.choose`` decides once per forward pass what applies, and why.
+``xlnet_tf/path_choice.py`` is the one place the plain model meets ``xlnet_tf.accel`` (this module, which the
+attention layer imports for the type, imports nothing of it: no import circle).
 """
 
 from __future__ import annotations
@@ -32,13 +32,3 @@ class Paths:
 
 
 PLAIN = Paths()
-
-
-def choose(config, dtype, training: bool, per_example_pos_dropout: bool) -> Paths:
-    """The paths of one forward pass of ``config``'s model (compute ``dtype``; ``per_example_pos_dropout``:
-    dropout on the positional encodings with a mask per example)."""
-    if not config.accelerations:
-        return PLAIN
-    from xlnet_tf import accel
-
-    return accel.choose(config, dtype, training, per_example_pos_dropout)

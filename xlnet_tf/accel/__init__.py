@@ -10,7 +10,7 @@ False (the plain TensorFlow ops of ``xlnet_tf.ops`` and the layers only), or a c
 * ``chunks`` (``chunks``): bidirectional attention computed in query chunks.
 
 What applies to a forward pass is decided here and only here, by ``choose`` (called once per
-``XLNetModel.call`` through ``xlnet_tf.paths.choose``; the layers read the ``Paths`` it returns from their inputs
+``XLNetModel.call`` through ``xlnet_tf.path_choice.choose``; the layers read the ``Paths`` it returns from their inputs
 and import nothing from here). Each module's docstring gives its measured
 gain (PERFORMANCE.md "Accelerations"; ``benchmarks/ab_switches.py`` measures one against another). Outputs agree
 with the plain ops within float32 rounding (tests/test_fused_attention.py holds it).
