@@ -117,7 +117,9 @@ def test_trainer_warns_once_on_a_cpu_without_bf16(monkeypatch, caplog):
 
     if tf.config.list_logical_devices("GPU"):
         pytest.skip("a GPU is visible: the CPU warning does not apply")
-    monkeypatch.setattr(training, "_WARNED", set())
+    from xlnet_tf import device_policy
+
+    monkeypatch.setattr(device_policy, "_WARNED", set())
     hosts = {"avx2": hardware.detect(cpuinfo=AVX2_CPUINFO, gpus=()),
              "amx": hardware.detect(cpuinfo=AMX_CPUINFO, gpus=())}
     cfg = training.TrainConfig(learning_rate=1e-2, train_steps=1, progress=False, precision="mixed_bfloat16",
@@ -130,7 +132,7 @@ def test_trainer_warns_once_on_a_cpu_without_bf16(monkeypatch, caplog):
             tr = training.Trainer(make_model(), make_dataset_fn(4), cfg)
         assert tr.jit == "update"  # graph mode (oneDNN) + XLA optimizer update, on either CPU
         assert [r.getMessage() for r in caplog.records if "bfloat16" in r.getMessage()] == warns
-    assert len(training._WARNED) == 1
+    assert len(device_policy._WARNED) == 1
 
 
 # --------------------------------------------------------------------------- numerics on real text

@@ -25,7 +25,8 @@ from typing import Callable, List, Optional
 import keras
 import tensorflow as tf
 
-from xlnet_tf import hardware, optimization
+from xlnet_tf import optimization
+from xlnet_tf.device_policy import default_jit, update_groups
 from xlnet_tf.train_config import TrainConfig
 
 
@@ -40,38 +41,6 @@ def loss_fn(model) -> Callable:
             raise TypeError(f"{type(model).__name__} defines neither per_example_loss nor a loss method")
         return lambda features, outputs: method(model, features, outputs)
     return fn
-
-
-def device_kind(strategy: tf.distribute.Strategy) -> str:
-    """"tpu", "gpu" (the strategy's devices, or TensorFlow's placement for the default strategy) or "cpu"."""
-    if isinstance(strategy, tf.distribute.TPUStrategy):
-        return "tpu"
-    try:
-        devices = list(strategy.extended.worker_devices)
-    except RuntimeError:  # the default strategy: TensorFlow's placement, a GPU when there is one
-        devices = [d.name for d in tf.config.list_logical_devices("GPU")] or ["CPU:0"]
-    return "gpu" if any("GPU" in d.upper() for d in devices) else "cpu"
-
-
-def default_jit(strategy: tf.distribute.Strategy, precision: str = "float32") -> str:
-    """The ``jit_compile=None`` choice (see TrainConfig), measured, not assumed (BUILD.md, "XLA where it pays").
-    float16 on a CPU takes the whole step: TF's CPU kernels have no fast float16 matmul (measured: a small model's
-    SQuAD run in graph mode had not reached step 20 after 16 min, against 0.7 s/step in float32), while XLA:CPU
-    computes 16-bit matmuls in float32. bfloat16 on a CPU keeps forward and backward on the graph: oneDNN's
-    bfloat16 kernels (AMX, AVX-512 BF16) exist only there, XLA:CPU does not call them (BUILD.md "Mixed precision
-    by host")."""
-    if strategy.num_replicas_in_sync != 1 or isinstance(strategy, tf.distribute.TPUStrategy):
-        return "off"
-    if device_kind(strategy) == "gpu" or precision == "mixed_float16":
-        return "step"
-    return "update"
-
-
-def update_groups() -> int:
-    """How many XLA clusters update the weights at once under ``jit_compile="update"``: the CPUs this process may
-    use, at most 4 (measured on 2 cores, XLNet-Base: 2 and 4 groups alike, 0.12-0.13 s against 0.19-0.23 s as
-    one cluster)."""
-    return min(4, hardware.usable_cpus())
 
 
 def seed_states(model) -> List:

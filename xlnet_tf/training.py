@@ -26,14 +26,10 @@ deterministic maps).
 
 from __future__ import annotations
 
-import errno
-import glob
-import json
 import logging
 import math
 import os
 import shutil
-import sys
 import tempfile
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
@@ -41,13 +37,15 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 import keras
 import numpy as np
 import tensorflow as tf
-from tensorflow.core.framework import summary_pb2
 
-from xlnet_tf import hardware
-from xlnet_tf.fileutil import write_json
-from xlnet_tf.tf_checkpoint import CheckpointError, check_readable
+from xlnet_tf import checkpoint_files, hardware
+# (the loop's neighbours, one job each; their names stay readable as training.X)
+from xlnet_tf.checkpoint_files import HISTORY_FILE, resume_point, write_history  # noqa: F401
+from xlnet_tf.device_policy import check_precision, default_jit, device_kind, update_groups  # noqa: F401
+from xlnet_tf.progress import Progress, write_scalar
 from xlnet_tf.train_config import TrainConfig  # noqa: F401  (the loop's options: training.TrainConfig)
-from xlnet_tf.train_step import UpdateRule, default_jit, device_kind, loss_fn, update_groups  # noqa: F401
+from xlnet_tf.tf_checkpoint import CheckpointError
+from xlnet_tf.train_step import UpdateRule
 
 log = logging.getLogger(__name__)
 
@@ -75,109 +73,6 @@ class Diverged(ValueError):
 class TrainResult(NamedTuple):
     model: Any
     history: List[Tuple[int, float]]
-
-
-_SCALAR_METADATA = summary_pb2.SummaryMetadata(
-    plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
-
-
-def write_scalar(name: str, value: float, step: int) -> None:
-    """A TensorBoard scalar via core ``tf.summary.write`` (``tf.summary.scalar`` needs the tensorboard package)."""
-    tf.summary.write(name, tf.constant(float(value), tf.float32), step=step, metadata=_SCALAR_METADATA)
-
-
-HISTORY_FILE = "train_history.json"  # in model_dir: [[step, loss], ...] of every update of the run
-
-
-def write_history(path: str, history) -> None:
-    """Writes [[step, loss], ...]; entries of an earlier (interrupted) process before this one's first step are
-    kept, so a resumed run's file holds all its steps. Nothing to write (a rerun with every step done) keeps
-    the file."""
-    if not history:
-        return
-    old = []
-    if os.path.isfile(path):
-        try:
-            with open(path) as f:
-                old = [h for h in json.load(f) if h[0] < history[0][0]]
-        except (OSError, ValueError):
-            old = []
-
-    write_json(path, old + [[int(s), float(l)] for s, l in history], newline=False)
-
-
-class Progress:
-    """Single carriage-return line on a tty, plain lines every ``log_steps`` otherwise."""
-
-    def __init__(self, total: int, log_steps: int, stream=None):
-        self.total, self.log_steps, self.stream = total, max(int(log_steps), 1), stream or sys.stderr
-        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
-
-    def update(self, step: int, loss: float, lr: float, steps_per_sec: float) -> None:
-        if not self.tty and step % self.log_steps and step != self.total:
-            return
-        eta = (self.total - step) / steps_per_sec if steps_per_sec > 0 else float("nan")
-        eta_s = "?" if math.isnan(eta) else time.strftime("%H:%M:%S", time.gmtime(eta))
-        width = len(str(self.total))
-        line = (f"step {step:>{width}}/{self.total} loss {loss:.4f} lr {lr:.3e} "
-                f"{steps_per_sec:.2f} steps/s ETA {eta_s}")
-        if self.tty:
-            self.stream.write("\r" + line + ("\n" if step == self.total else ""))
-        else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.tty:
-            self.stream.write("\n")
-            self.stream.flush()
-
-
-_WARNED = set()
-
-
-def check_precision(strategy: tf.distribute.Strategy, precision: str,
-                    host: Optional[hardware.Host] = None) -> Optional[str]:
-    """Logs (once per process and message) a warning when ``precision`` is slower than float32 on the devices
-    of ``strategy`` (``hardware.precision_warning``); returns the message, or None. ``host`` defaults to
-    ``hardware.detect()``; TPUs compute bfloat16 natively and are not checked."""
-    if precision == "float32":
-        return None
-    device = device_kind(strategy)
-    if device == "tpu":
-        return None
-    note = hardware.precision_warning(precision, host or hardware.detect(), device)
-    if note and note not in _WARNED:
-        _WARNED.add(note)
-        log.warning(note)
-    return note
-
-
-def resume_point(model_dir: str) -> Optional[str]:
-    """The newest checkpoint of ``model_dir`` that reads whole (``check_readable``), None when there is
-    none; damaged newer ones are passed over with a WARNING naming each (a rerun then redoes their steps and
-    writes them again). Refuses (``CheckpointError``) when every checkpoint is damaged."""
-    state = tf.train.get_checkpoint_state(model_dir)
-    if state is None or not state.model_checkpoint_path:
-        return None
-    paths = list(state.all_model_checkpoint_paths)
-    if state.model_checkpoint_path not in paths:
-        paths.append(state.model_checkpoint_path)
-    damaged = []
-    for path in reversed(paths):  # newest first
-        try:
-            check_readable(path)
-        except CheckpointError as e:
-            damaged.append(str(e))
-            continue
-        for problem in damaged:
-            log.warning("%s; resuming from the previous checkpoint that reads whole, %s", problem,
-                        os.path.basename(path))
-        return path
-    raise CheckpointError(f"{damaged[0]}" + (f" (and {len(damaged) - 1} earlier checkpoint(s) are damaged too)"
-                                             if len(damaged) > 1 else "")
-                          + f"; no checkpoint in {model_dir} reads whole: remove them to train from the start, or "
-                            "use a new output directory")
 
 
 class Trainer:
@@ -277,43 +172,21 @@ class Trainer:
 
         return train_step
 
-    def _save_history(self, history) -> None:
-        """``model_dir/train_history.json``, written BEFORE each checkpoint: a run killed between the two resumes
-        from the older checkpoint and rewrites the steps after it, so the file always covers every step."""
-        if self.config.model_dir and self.is_chief:
-            write_history(os.path.join(self.config.model_dir, HISTORY_FILE), history)
-
     def save(self) -> Optional[str]:
+        """Checkpoint of the current step (``checkpoint_files.save``: no partial files stay behind a failed save)."""
         if self.manager is None:
             return None
-        number, started = int(self.step.numpy()), time.time()
-        try:
-            path = self.manager.save(checkpoint_number=number)
-        except BaseException as e:  # a full disk (or Ctrl-C) mid-write: no partial checkpoint stays behind
-            written = self._remove_partial_checkpoint(number, started)
-            if isinstance(e, Exception) and (getattr(e, "errno", None) == errno.ENOSPC
-                                             or "No space left on device" in str(e)):
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC),
-                              f"checkpoint {written} (its partial files removed)") from None
-            raise
+        path = checkpoint_files.save(self.manager, int(self.step.numpy()), self._ckpt_dir)
         if not self.is_chief:
             shutil.rmtree(self._ckpt_dir, ignore_errors=True)
         self._saved = path
         return path
 
-    def _remove_partial_checkpoint(self, number: int, started: float) -> str:
-        """Removes what a failed save of checkpoint ``number`` wrote: TensorFlow's ``ckpt-N_temp`` directory and
-        any ``ckpt-N.*`` file written since ``started``; returns the checkpoint's prefix."""
-        prefix = os.path.join(self._ckpt_dir, f"ckpt-{number}")
-        for path in glob.glob(glob.escape(prefix) + "_temp*"):
-            shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
-        for path in glob.glob(glob.escape(prefix) + ".*"):
-            try:
-                if os.path.getmtime(path) >= started - 1:
-                    os.remove(path)
-            except OSError:
-                pass
-        return prefix
+    def _save_history(self, history) -> None:
+        """``model_dir/train_history.json``, written BEFORE each checkpoint: a run killed between the two resumes
+        from the older checkpoint and rewrites the steps after it, so the file always covers every step."""
+        if self.config.model_dir and self.is_chief:
+            write_history(os.path.join(self.config.model_dir, HISTORY_FILE), history)
 
     # ------------------------------------------------------------------ loop
     def train(self, stop_at: Optional[int] = None) -> TrainResult:
