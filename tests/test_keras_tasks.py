@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from tests.conftest import TINIEST, classifier_args, shared_path
+from tests.conftest import TINIEST, classifier_args, shared_path, tiny
 
 SPIECE = ("spiece", "spiece.model")
 
@@ -85,7 +85,11 @@ def test_fit_on_raw_sst2_text_learns_saves_and_exports(tmp_path):
     x, y = _sst2("train", 400 * 32)
     dev_x, dev_y = _sst2("dev")
     keras.utils.set_random_seed(42)
-    model = _classifier(label_names=["negative", "positive"])
+    from xlnet_tf.config import XLNetConfig
+    from xlnet_tf.tasks import XLNetClassifier
+
+    model = XLNetClassifier(XLNetConfig(**tiny()), num_classes=2, tokenizer=shared_path(*SPIECE), max_seq_length=48,
+                            label_names=["negative", "positive"])  # the session's SST-2 run's model
     model.compile(learning_rate=5e-4, warmup_steps=40)
     model.fit(x, y, batch_size=32, epochs=1, verbose=0)
     metrics = model.evaluate(dev_x, dev_y, verbose=0, return_dict=True)
