@@ -67,7 +67,7 @@ class _Tokenizers:
 class XLNetTask(TaskModel):
     """Base of the Keras task models (module docstring). Subclasses give ``make_head``, ``text_features``
     (raw strings -> features, in-graph), ``is_raw``, ``metric_pair`` (y, y_pred for compiled metrics),
-    ``predict_outputs`` and ``serving_module``."""
+    ``predict_outputs`` and ``make_serving`` (the command line's serving module over the model)."""
 
     feature_spec_fn = None
 
@@ -117,6 +117,8 @@ class XLNetTask(TaskModel):
         tmp = tempfile.TemporaryDirectory(prefix="xlnet_task_")
         object.__setattr__(self, "_tmp", tmp)
         object.__setattr__(self, "_tok", _Tokenizers.from_file(str(tokenizer), self.lower, tmp.name))
+        object.__setattr__(self, "_serving", None)  # (made again, with this tokenizer, when asked)
+        object.__setattr__(self, "_answer_fn", None)
         if self._tok.python.vocab_size > self.config.n_token:
             raise ValueError(f"{tokenizer}: {self._tok.python.vocab_size} pieces, more than the model's n_token "
                              f"{self.config.n_token}")
@@ -371,6 +373,14 @@ class XLNetTask(TaskModel):
 
     def export_options(self) -> Dict[str, Any]:
         return {}
+
+    def serving_module(self):
+        """The task's serving module over this model (``make_serving``), made once and eagerly: raw-text
+        preprocessing in a dataset map and ``predict`` reuse its tokenizer and layout, the export saves it."""
+        if getattr(self, "_serving", None) is None:
+            with tf.init_scope():
+                object.__setattr__(self, "_serving", self.make_serving())
+        return self._serving
 
     # ------------------------------------------------------------------ per task
     def task_config(self) -> Dict[str, Any]:

@@ -323,3 +323,28 @@ def test_fit_under_mirrored_strategy_equals_one_device():
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["worst"] < 1e-4, out
     assert out["loss"][0] == pytest.approx(out["loss"][1], rel=1e-4), out
+
+
+@pytest.mark.slow
+def test_the_readme_keras_example_runs_as_written(tmp_path, monkeypatch):
+    """README's "Keras" block, executed as written: its checkpoint folder is a small model saved with its
+    spiece.model (the released folders' layout), its sentences real SST-2 ones, run from a scratch directory."""
+    import re
+    import shutil
+
+    from tests.conftest import REPO
+
+    readme = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    section = readme.split("## Keras", 1)[1]
+    block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    path = re.search(r'from_pretrained\("([^"]+)"', block).group(1)
+    _classifier().save_pretrained(str(tmp_path / path))
+    shutil.copy(shared_path(*SPIECE), tmp_path / path / "spiece.model")
+    train_sentences, train_labels = _sst2("train", 64)
+    dev_sentences, dev_labels = _sst2("dev", 32)
+    monkeypatch.chdir(tmp_path)
+    scope = dict(train_sentences=train_sentences, train_labels=train_labels, dev_sentences=dev_sentences,
+                 dev_labels=dev_labels)
+    exec(compile(block, "README.md (Keras)", "exec"), scope)
+    assert os.path.isfile(tmp_path / "sst2.keras") and os.path.isfile(tmp_path / "sst2_export" / "saved_model.pb")
+    assert int(scope["model"].optimizer.iterations) == 6  # 3 epochs of 2 batches, the loaded model's optimizer

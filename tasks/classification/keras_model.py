@@ -96,7 +96,7 @@ class XLNetClassifier(XLNetTask):
         return tf.cast(outputs["score" if self.regression else "logits"], tf.float32)
 
     # export
-    def serving_module(self):
+    def make_serving(self):
         return ClassifierServing(self, self.tokenizer, self.max_seq_length, label_names=self.label_names)
 
     def export_options(self):

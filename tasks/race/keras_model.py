@@ -40,16 +40,8 @@ class XLNetMultipleChoice(XLNetTask):
     def default_metrics(self):
         return [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
 
-    def serving_module(self):
-        if getattr(self, "_serving", None) is None:
-            with tf.init_scope():  # (built eagerly: a dataset map or a traced step reuses it)
-                self._make_serving()
-        return self._serving
-
-    def _make_serving(self):
-        object.__setattr__(self, "_serving", RaceServing(self, self.tokenizer, self.max_seq_length,
-                                                             self.max_qa_length))
-        return self._serving
+    def make_serving(self):
+        return RaceServing(self, self.tokenizer, self.max_seq_length, self.max_qa_length)
 
     # raw text
     def raw_inputs(self, x):

@@ -45,16 +45,8 @@ class XLNetQuestionAnswerer(XLNetTask):
     def feature_spec(self, length):
         return squad_feature_spec(length)
 
-    def serving_module(self):
-        if getattr(self, "_serving", None) is None:
-            with tf.init_scope():  # (built eagerly: a dataset map or a traced step reuses it)
-                self._make_serving()
-        return self._serving
-
-    def _make_serving(self):
-        object.__setattr__(self, "_serving", SquadServing(self, self.tokenizer, self.max_seq_length,
-                                                              **self.squad_options))
-        return self._serving
+    def make_serving(self):
+        return SquadServing(self, self.tokenizer, self.max_seq_length, **self.squad_options)
 
     def is_raw(self, element_spec) -> bool:
         first = element_spec[0] if isinstance(element_spec, tuple) else element_spec
