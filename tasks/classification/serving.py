@@ -115,8 +115,29 @@ class ClassifierServing(ServingModule):
         names = list(label_names or []) or [str(i) for i in range(max(int(model.head.num_labels), 1))]
         self.label_names = tf.constant(names, tf.string)
 
+    # Every block's projected positional tables, computed once at export for |d| <= max_seq_length and saved with
+    # the export (``XLNetModel.position_tables``): a request reads its rows instead of multiplying them in every
+    # block (two matmuls per block). One-window exports only (memory mode's calls have a memory). False: off.
+    precomputed_positions = True
+
+    def _build_position_tables(self):
+        """The tables as variables of this module (saved once in the export's variables), before any trace."""
+        self._position_tables = None
+        if self.precomputed_positions and not self.memory:
+            self._position_tables = [tuple(tf.Variable(t, trainable=False, name=f"position_table_{i}_{k}")
+                                           for k, t in zip(("sin", "cos"), pair))
+                                     for i, pair in enumerate(self.model.backbone.position_tables(self.max_seq_length))]
+
+    def _positions(self, features):
+        """This call's ``positions`` from the export's tables (None without them: the backbone computes them)."""
+        if getattr(self, "_position_tables", None) is None or "num_segments" in features:
+            return None
+        T = tf.shape(features["input_ids"])[-1]
+        return self.model.backbone.positions_from_tables(self._position_tables, T, T)
+
     def _outputs(self, features):
-        out = self.model.head.serving_outputs(float32_outputs(self.model(features, training=False)))
+        out = self.model(features, training=False, positions=self._positions(features))
+        out = self.model.head.serving_outputs(float32_outputs(out))
         if not self.regression:
             out = dict(out)
             out["label_name"] = tf.gather(self.label_names, out["label"])
@@ -161,7 +182,7 @@ class ClassifierServing(ServingModule):
         """``embed``: the last layer's hidden state of the document's final ``<cls>`` [b, d_model] (with the memory
         of the earlier windows in memory mode), the vector the head reads."""
         def embedding(features):
-            out, _ = self.model.encode(features, training=False)
+            out, _ = self.model.encode(features, training=False, positions=self._positions(features))
             return {"embedding": tf.cast(out["sequence_output"][:, -1], tf.float32)}
 
         def run(text_a, text_b=None):
@@ -174,6 +195,7 @@ class ClassifierServing(ServingModule):
 
     def export(self, export_dir: str, pair: bool = False) -> str:
         """Signatures ``serving_default`` (raw text), ``serve_ids`` (features) and ``embed`` (raw text)."""
+        self._build_position_tables()
         self.serve_text, self.serve_ids, self.embed = self.text_fn(pair), self.ids_fn(), self.embed_fn(pair)
         return save_atomically(self, export_dir, {"serving_default": self.serve_text, "serve_ids": self.serve_ids,
                                                   "embed": self.embed})
