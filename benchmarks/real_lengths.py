@@ -334,12 +334,13 @@ def epoch_table(plans, times, first, L, default="ours_m2"):
 
 # ================================================================================================ serving
 SERVE_BATCHES = {128: ((1, 24), (32, 3)), 512: ((1, 8), (32, 1))}  # (batch size, calls) per max_seq_length
-OURS_SERVING = {"ours": "", "ours_one_call": "one_call_", "ours_bf16": "bf16_"}  # worker -> export (dirs' prefix)
+OURS_SERVING = {"ours": "", "ours_one_call": "one_call_", "ours_bf16": "bf16_",  # worker -> export (dirs' prefix)
+                "ours_no_tables": "no_tables_"}
 ORT_SERVING = {"ort": "onnx", "ort_int8": "onnx_int8"}  # ONNX Runtime workers -> their model file (dirs' key)
 ORT_THREADS = 2
 
 
-def make_serving_models(config, tok, workdir, ours=tuple(OURS_SERVING)):
+def make_serving_models(config, tok, workdir, ours=("ours", "ours_one_call", "ours_bf16")):
     """One random XLNet-Base classifier (``last`` summary, 2 labels), exported as our SavedModels (L 128 and 512,
     in-graph tokenizer; in length groups, as one call: ``one_call_L``, and computing in bfloat16: ``bf16_L``, the
     same weights in a model built under ``mixed_bfloat16`` as ``--export_precision=bfloat16`` builds it; only the
@@ -372,6 +373,10 @@ def make_serving_models(config, tok, workdir, ours=tuple(OURS_SERVING)):
             one_call = ClassifierServing(model, tok, L, label_names=["0", "1"])
             one_call.max_groups = 1
             dirs[f"one_call_{L}"] = one_call.export(os.path.join(workdir, f"ours_one_call_{L}"))
+        if "ours_no_tables" in ours:  # the export before its positional tables (each block projects them)
+            no_tables = ClassifierServing(model, tok, L, label_names=["0", "1"])
+            no_tables.precomputed_positions = False
+            dirs[f"no_tables_{L}"] = no_tables.export(os.path.join(workdir, f"ours_no_tables_{L}"))
         if "ours_bf16" in ours:
             dirs[f"bf16_{L}"] = ClassifierServing(bf16, tok, L, label_names=["0", "1"]).export(
                 os.path.join(workdir, f"ours_bf16_{L}"))
@@ -407,7 +412,7 @@ def export_onnx(hf_dir: str, out_dir: str) -> dict:
     paths = {"onnx": os.path.join(out_dir, "model.onnx"), "onnx_int8": os.path.join(out_dir, "model_int8.onnx")}
     os.makedirs(out_dir, exist_ok=True)
     with torch.inference_mode():
-        torch.onnx.export(Probabilities(model), example, paths["onnx"], input_names=names,
+        torch.onnx.export(Probabilities(model).eval(), example, paths["onnx"], input_names=names,
                           output_names=["probabilities"], dynamo=True,
                           dynamic_shapes={n: {0: b, 1: t} for n in names})
     quantize_dynamic(paths["onnx"], paths["onnx_int8"], weight_type=QuantType.QInt8)
@@ -476,7 +481,7 @@ def build_serving(spec):
     return serve
 
 
-def serving(config, tok, sets, reps, workdir, hf_threads, hf_variants, log, ours=tuple(OURS_SERVING),
+def serving(config, tok, sets, reps, workdir, hf_threads, hf_variants, log, ours=("ours", "ours_one_call", "ours_bf16"),
             ort_variants=(), groups=None, batches=()):
     """Texts/s from raw text, each implementation in its own worker, the same weights: our SavedModel (each call
     in length groups; and as one call padded to its longest text) vs HF's tokenizer + model (padded to the
@@ -554,8 +559,9 @@ def main(argv=None) -> int:
     ap.add_argument("--hf_threads", default="2,1", help="torch threads of the HF serving workers (each its own)")
     ap.add_argument("--hf_variants", default="hf,hf_pipeline,hf_fixed", help="HF serving workers: tokenizer + model "
                     "padded to the longest (hf), its pipeline (hf_pipeline), padded to max_seq_length (hf_fixed); empty: none")
-    ap.add_argument("--ours_variants", default=",".join(OURS_SERVING), help="our serving workers: in length groups "
-                    "(ours), as one call (ours_one_call), the bfloat16 export (ours_bf16)")
+    ap.add_argument("--ours_variants", default="ours,ours_one_call,ours_bf16", help="our serving workers: in length "
+                    "groups (ours), as one call (ours_one_call), the bfloat16 export (ours_bf16), without the "
+                    "export's positional tables (ours_no_tables)")
     ap.add_argument("--ort_variants", default="", help="ONNX Runtime serving workers on HF's model exported to ONNX: "
                     "float32 (ort), int8 dynamic quantisation (ort_int8); needs benchmarks/setup_peer_onnxruntime.sh")
     ap.add_argument("--serving_groups", default="", help="workers alive (and interleaved) together, groups run one "
