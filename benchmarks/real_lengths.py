@@ -335,7 +335,7 @@ def epoch_table(plans, times, first, L, default="ours_m2"):
 # ================================================================================================ serving
 SERVE_BATCHES = {128: ((1, 24), (32, 3)), 512: ((1, 8), (32, 1))}  # (batch size, calls) per max_seq_length
 OURS_SERVING = {"ours": "", "ours_one_call": "one_call_", "ours_bf16": "bf16_",  # worker -> export (dirs' prefix)
-                "ours_no_tables": "no_tables_"}
+                "ours_no_tables": "no_tables_", "ours_rounded": "rounded_"}
 ORT_SERVING = {"ort": "onnx", "ort_int8": "onnx_int8"}  # ONNX Runtime workers -> their model file (dirs' key)
 ORT_THREADS = 2
 
@@ -373,6 +373,10 @@ def make_serving_models(config, tok, workdir, ours=("ours", "ours_one_call", "ou
             one_call = ClassifierServing(model, tok, L, label_names=["0", "1"])
             one_call.max_groups = 1
             dirs[f"one_call_{L}"] = one_call.export(os.path.join(workdir, f"ours_one_call_{L}"))
+        if "ours_rounded" in ours:  # the export before exact single rows (batch 1 rounded up to a multiple of 8)
+            rounded = ClassifierServing(model, tok, L, label_names=["0", "1"])
+            rounded.exact_single_row = False
+            dirs[f"rounded_{L}"] = rounded.export(os.path.join(workdir, f"ours_rounded_{L}"))
         if "ours_no_tables" in ours:  # the export before its positional tables (each block projects them)
             no_tables = ClassifierServing(model, tok, L, label_names=["0", "1"])
             no_tables.precomputed_positions = False
@@ -561,7 +565,7 @@ def main(argv=None) -> int:
                     "padded to the longest (hf), its pipeline (hf_pipeline), padded to max_seq_length (hf_fixed); empty: none")
     ap.add_argument("--ours_variants", default="ours,ours_one_call,ours_bf16", help="our serving workers: in length "
                     "groups (ours), as one call (ours_one_call), the bfloat16 export (ours_bf16), without the "
-                    "export's positional tables (ours_no_tables)")
+                    "export's positional tables (ours_no_tables), batch 1 rounded up to a multiple of 8 (ours_rounded)")
     ap.add_argument("--ort_variants", default="", help="ONNX Runtime serving workers on HF's model exported to ONNX: "
                     "float32 (ort), int8 dynamic quantisation (ort_int8); needs benchmarks/setup_peer_onnxruntime.sh")
     ap.add_argument("--serving_groups", default="", help="workers alive (and interleaved) together, groups run one "

@@ -61,10 +61,20 @@ def keep_last(rt: tf.RaggedTensor, lengths: tf.Tensor) -> tf.RaggedTensor:
     return tf.ragged.boolean_mask(rt, mask)
 
 
-def batch_length(rt: tf.RaggedTensor, max_len: int) -> tf.Tensor:
+def batch_length(rt: tf.RaggedTensor, max_len: int, exact_single_row: bool = False) -> tf.Tensor:
     """The padded length of a served batch of token rows: its longest row, rounded up to ``SERVING_MULTIPLE``
-    (``xlnet_tf/lengths.py``)."""
-    return padded_length(tf.reduce_max(rt.row_lengths()), max_len, SERVING_MULTIPLE)
+    (``xlnet_tf/lengths.py``); ``exact_single_row``: a request of one row keeps its own length (rounding would only
+    add padded tokens to compute)."""
+    lengths = rt.row_lengths()
+    return padded_length(tf.reduce_max(lengths), max_len, serving_multiple(tf.size(lengths), exact_single_row))
+
+
+def serving_multiple(rows, exact_single_row: bool = True):
+    """The multiple a request of ``rows`` rows is padded to: ``SERVING_MULTIPLE``, or 1 for a single row with
+    ``exact_single_row``."""
+    if not exact_single_row:
+        return SERVING_MULTIPLE
+    return tf.where(rows > 1, SERVING_MULTIPLE, 1)
 
 
 def pad_rows(rt: tf.RaggedTensor, length, value, left: bool) -> tf.Tensor:
@@ -132,6 +142,7 @@ def _trim(value: tf.Tensor, length, axis: int, left: bool) -> tf.Tensor:
     if value.shape.rank is None or value.shape.rank <= axis:
         return value
     n = tf.shape(value)[axis]
+    length = tf.minimum(length, n)  # a group is never longer than the request's layout (a single exact row)
     return value[(slice(None),) * axis + ((slice(n - length, None),) if left else (slice(0, length),))]
 
 

@@ -21,8 +21,8 @@ import tensorflow as tf
 
 from xlnet_tf.tasks.classification.features import text_budget
 from xlnet_tf.export import (SEG_PAD_CLASSIFIER, ServingModule, batch_length, constant_rows, float32_outputs,
-                             keep_first, pad_rows, save_atomically)
-from xlnet_tf.lengths import SERVING_MULTIPLE, padded_length
+                             keep_first, pad_rows, save_atomically, serving_multiple)
+from xlnet_tf.lengths import padded_length
 
 
 def truncate_lengths(len_a: tf.Tensor, len_b: tf.Tensor, budget) -> tuple:
@@ -39,10 +39,11 @@ def truncate_lengths(len_a: tf.Tensor, len_b: tf.Tensor, budget) -> tuple:
 
 
 def classification_features(ids_a: tf.RaggedTensor, ids_b: Optional[tf.RaggedTensor], max_seq_length: int,
-                            sep_id: int, cls_id: int, length=None) -> Dict[str, tf.Tensor]:
+                            sep_id: int, cls_id: int, length=None, exact_single_row: bool = False
+                            ) -> Dict[str, tf.Tensor]:
     """The classifier layout of tasks/classification/features.py, in-graph, for a batch of tokenised texts,
-    padded to ``length`` (default: the batch's longest, rounded up to a multiple of 8: ``batch_length``;
-    ``max_seq_length`` gives the TFRecords' fixed layout)."""
+    padded to ``length`` (default: the batch's longest, rounded up to a multiple of 8: ``batch_length``, a single
+    text to its own length with ``exact_single_row``; ``max_seq_length`` gives the TFRecords' fixed layout)."""
     ids_a = tf.cast(ids_a, tf.int32)
     batch = ids_a.nrows(out_type=tf.int32)
     sep = constant_rows(batch, sep_id)
@@ -60,7 +61,8 @@ def classification_features(ids_a: tf.RaggedTensor, ids_b: Optional[tf.RaggedTen
     a = keep_first(ids_a, tf.fill([batch], text_budget(max_seq_length, pair=False)))
     single = dense([a, sep, cls], [a * 0, sep * 0, cls * 0 + 2])
     if ids_b is None:
-        return padded(single, batch_length(single["tokens"], max_seq_length) if length is None else length)
+        return padded(single, batch_length(single["tokens"], max_seq_length, exact_single_row=exact_single_row)
+                      if length is None else length)
     ids_b = tf.cast(ids_b, tf.int32)
     la, lb = truncate_lengths(ids_a.row_lengths(), ids_b.row_lengths(), text_budget(max_seq_length, pair=True))
     a, b = keep_first(ids_a, la), keep_first(ids_b, lb)
@@ -69,7 +71,7 @@ def classification_features(ids_a: tf.RaggedTensor, ids_b: Optional[tf.RaggedTen
     has_b = ids_b.row_lengths() > 0
     if length is None:
         rows = tf.where(has_b, pair["tokens"].row_lengths(), single["tokens"].row_lengths())
-        length = padded_length(tf.reduce_max(rows), max_seq_length, SERVING_MULTIPLE)
+        length = padded_length(tf.reduce_max(rows), max_seq_length, serving_multiple(batch, exact_single_row))
     single, pair = padded(single, length), padded(pair, length)
     return {k: tf.where(has_b[:, None], pair[k], single[k]) for k in pair}
 
@@ -119,6 +121,9 @@ class ClassifierServing(ServingModule):
     # the export (``XLNetModel.position_tables``): a request reads its rows instead of multiplying them in every
     # block (two matmuls per block). One-window exports only (memory mode's calls have a memory). False: off.
     precomputed_positions = True
+    # A request of one text runs at its own length, not rounded up to a multiple of 8 (``batch_length``): batch 1
+    # computes no padded token. False: rounded, as before.
+    exact_single_row = True
 
     def _build_position_tables(self):
         """The tables as variables of this module (saved once in the export's variables), before any trace."""
@@ -176,7 +181,7 @@ class ClassifierServing(ServingModule):
                                     self.max_segments)
         ids_b = None if text_b is None else self.tokenizer.tokenize(text_b)
         return classification_features(self.tokenizer.tokenize(text_a), ids_b, self.max_seq_length, self.sep_id,
-                                       self.cls_id)
+                                       self.cls_id, exact_single_row=self.exact_single_row)
 
     def embed_fn(self, pair: bool):
         """``embed``: the last layer's hidden state of the document's final ``<cls>`` [b, d_model] (with the memory
