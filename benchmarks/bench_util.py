@@ -20,6 +20,19 @@ def cpu_model() -> str:
     return "?"
 
 
+def cpu_flags(names=("amx_bf16", "avx512_bf16", "avx512f", "avx2")) -> list:
+    """Which of ``names`` the CPU has (/proc/cpuinfo's flags): the family a figure was measured on."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    have = set(line.split(":", 1)[1].split())
+                    return [n for n in names if n in have]
+    except OSError:
+        pass
+    return []
+
+
 def versions(dists: Sequence[str]) -> Dict[str, Optional[str]]:
     """Installed versions of ``dists`` (None when absent)."""
     out: Dict[str, Optional[str]] = {}

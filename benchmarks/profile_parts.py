@@ -12,6 +12,10 @@ Cases (each in a process of its own, random weights: the cost does not depend on
 * ``serve_b1``: the classifier SavedModel (``ClassifierServing``, L 128, in-graph tokenizer) called with one real
   SST-2 dev sentence at a time, and the same model in-process (``model(features)``, the compiled kernels on)
   on the same ids, to show what the SavedModel loses;
+* ``serve_b1_ort``: ONNX Runtime (``benchmarks/setup_peer_onnxruntime.sh``) on HF's classifier of the same shape
+  exported to ONNX as ``real_lengths.py`` exports it (float32, every graph optimisation, 2 threads), the same
+  sentences one at a time through HF's tokenizer, with ORT's own profiler (``SessionOptions.enable_profiling``):
+  per node kind its time, the nodes a call runs, and the run's time outside the nodes (ORT's executor);
 * ``serve_paths``: one classifier call at batch 1 (T 32 and 128) as the plain graph an export runs, XLA-compiled
   for the shape, and with the compiled attention kernels (what a SavedModel could carry instead);
 * ``gen_b1``: greedy generation, prompt 32, batch 1, 32 new tokens (``Generator``), per new token.
@@ -51,11 +55,11 @@ sys.path.insert(0, HERE)
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from bench_util import cpu_model, versions, write_json  # noqa: E402
+from bench_util import cpu_flags, cpu_model, versions, write_json  # noqa: E402
 
 BASE = dict(n_layer=12, d_model=768, n_head=12, d_head=64, d_inner=3072)
 QUICK = dict(n_layer=2, d_model=768, n_head=12, d_head=64, d_inner=3072)
-CASES = ("train_T8", "train_T16", "train_T32", "serve_b1", "serve_paths", "gen_b1")
+CASES = ("train_T8", "train_T16", "train_T32", "serve_b1", "serve_b1_ort", "serve_paths", "gen_b1")
 BATCH = 32
 GEN_PROMPT, GEN_NEW = 32, 32
 
@@ -175,6 +179,35 @@ def op_times(xplane_path: str):
             busy / 1e12)
 
 
+def op_counts(xplane_path: str, layer_scope: str = r"/layer_0(_\d+)?/"):
+    """How many TensorFlow op events (``name:Type``, not control or variable reads) the trace holds, and how many
+    of them are in block 0's name scope (one layer's ops), by op type too."""
+    import re
+
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    space = xplane_pb2.XSpace()
+    with open(xplane_path, "rb") as f:
+        space.ParseFromString(f.read())
+    total, layer, layer_types = 0, 0, collections.Counter()
+    for plane in space.planes:
+        if plane.name != "/host:CPU":
+            continue
+        for line in plane.lines:
+            for e in line.events:
+                name = plane.event_metadata[e.metadata_id].name
+                if ":" not in name or "::" in name or name.startswith("EagerLocalExecute"):
+                    continue
+                op_name, _, op_type = name.rpartition(":")
+                if not op_type or " " in op_type or op_type in CONTROL_TYPES or op_type.startswith("__inference"):
+                    continue
+                total += 1
+                if re.search(layer_scope, op_name):
+                    layer += 1
+                    layer_types[op_type] += 1
+    return total, layer, dict(layer_types.most_common())
+
+
 def forward_flops(cfg, B: int, T: int, klen: int = None, rlen: int = None, r_rows: int = None) -> dict:
     """Multiply-add FLOPs (x2) of one forward by part: projections, attention, feed-forward."""
     d, di, L = cfg["d_model"], cfg["d_inner"], cfg["n_layer"]
@@ -200,7 +233,10 @@ def profile(fn, steps: int, logdir: str):
     tf.profiler.experimental.stop()
     path = sorted(glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True), key=os.path.getmtime)[-1]
     parts, types, busy = op_times(path)
-    return {"wall_s": statistics.median(walls), "wall_all_s": walls,
+    ops, layer_ops, layer_types = op_counts(path)
+    return {"ops_per_call": ops / steps, "ops_per_call_layer_0": layer_ops / steps,
+            "op_types_layer_0": {k: v / steps for k, v in layer_types.items()},
+            "wall_s": statistics.median(walls), "wall_all_s": walls,
             "parts_s": {k: v / steps for k, v in sorted(parts.items(), key=lambda kv: -kv[1])},
             "top_types_s": {k: v / steps for k, v in types.items()}, "busy_s": busy / steps}
 
@@ -329,6 +365,65 @@ def run_serve(cfg, steps, logdir):
     return out
 
 
+def run_serve_ort(cfg, steps, logdir):
+    """``serve_b1_ort`` (the module doc): ORT's per-node profile of ``steps`` batch-1 calls on SST-2 sentences."""
+    import numpy as np
+    import transformers
+
+    import real_lengths
+
+    hcfg = transformers.XLNetConfig(vocab_size=32000, d_model=cfg["d_model"], n_layer=cfg["n_layer"],
+                                    n_head=cfg["n_head"], d_inner=cfg["d_inner"], ff_activation="gelu",
+                                    untie_r=True, num_labels=2)
+    hf_dir = os.path.join(logdir, "hf")
+    transformers.XLNetForSequenceClassification(hcfg).save_pretrained(hf_dir)
+    paths = real_lengths.export_onnx(hf_dir, os.path.join(logdir, "onnx"))
+    tok = transformers.XLNetTokenizer(os.path.join(ROOT, "..", "shared", "data", "spiece", "spiece.model"))
+    texts = sst2_dev_sentences(steps)
+    feeds = []
+    for t in texts:
+        enc = tok([t], padding="longest", truncation=True, max_length=128, return_tensors="np")
+        feeds.append({k: enc[k].astype(np.int64) for k in ("input_ids", "attention_mask", "token_type_ids")})
+    out = {}
+    for name in ("onnx", "onnx_int8"):
+        plain = real_lengths.ort_session(paths[name])
+        for f in feeds:
+            plain.run(None, f)
+        walls = []
+        for _ in range(3):
+            t = time.perf_counter()
+            for f in feeds:
+                plain.run(None, f)
+            walls.append((time.perf_counter() - t) / len(feeds))
+        sess = real_lengths.ort_session(paths[name], profile_prefix=os.path.join(logdir, name))
+        for f in feeds:  # warm-up (every length once), then the profiled calls: the last len(feeds) runs
+            sess.run(None, f)
+        t = time.perf_counter()
+        for f in feeds:
+            sess.run(None, f)
+        traced_wall = (time.perf_counter() - t) / len(feeds)
+        with open(sess.end_profiling()) as fh:
+            events = json.load(fh)
+        runs = [e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"][-len(feeds):]
+        t0 = runs[0]["ts"]
+        nodes = [e for e in events if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time")
+                 and e["ts"] >= t0]
+        by_kind, count_kind = collections.Counter(), collections.Counter()
+        for e in nodes:
+            by_kind[e["args"].get("op_name", "?")] += e["dur"] / 1e6 / len(feeds)
+            count_kind[e["args"].get("op_name", "?")] += 1 / len(feeds)
+        run_s = sum(e["dur"] for e in runs) / 1e6 / len(feeds)
+        node_s = sum(by_kind.values())
+        out[name] = {"untraced_wall_s": statistics.median(walls), "traced_wall_s": traced_wall,
+                     "model_run_s": run_s, "nodes_s": node_s, "outside_nodes_s": run_s - node_s,
+                     "nodes_per_call": len(nodes) / len(feeds),
+                     "node_kinds_s": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])),
+                     "node_kinds_per_call": dict(count_kind)}
+    lengths = [f["input_ids"].shape[1] for f in feeds]
+    out["mean_length"] = float(np.mean(lengths))
+    return {"ort": out}
+
+
 def run_serve_paths(cfg, reps):
     """What a SavedModel could carry instead of TensorFlow's plain ops: one classifier call at batch 1, T 32 and
     128, as the plain graph (what an export runs), XLA-compiled for the call's shape (``jit_compile``: what an
@@ -407,6 +502,8 @@ def one(case, cfg, steps):
         out = run_serve(cfg, steps * 4, logdir)
     elif case == "serve_paths":
         return {"paths": run_serve_paths(cfg, 5 * steps)}
+    elif case == "serve_b1_ort":
+        return run_serve_ort(cfg, steps * 4, logdir)
     else:
         out = run_gen(cfg, max(2, steps // 2), logdir)
     out["peak_matmul_gflops"] = peak_matmul()
@@ -416,6 +513,18 @@ def one(case, cfg, steps):
 def table(results):
     rows = []
     for case, r in results.items():
+        if "ort" in r:
+            for name, o in r["ort"].items():
+                if not isinstance(o, dict):
+                    continue
+                rows.append(f"\n{case} {name}: wall {1e3 * o['untraced_wall_s']:.1f} ms per call (mean length "
+                            f"{r['ort']['mean_length']:.1f}), model_run {1e3 * o['model_run_s']:.1f} ms, nodes "
+                            f"{1e3 * o['nodes_s']:.1f} ms, outside the nodes {1e3 * o['outside_nodes_s']:.2f} ms, "
+                            f"{o['nodes_per_call']:.0f} nodes per call")
+                for k, v in list(o["node_kinds_s"].items())[:12]:
+                    rows.append(f"  {k:32s} {1e3 * v:8.2f} ms {100 * v / o['nodes_s']:5.1f}%  "
+                                f"x{o['node_kinds_per_call'][k]:.0f}")
+            continue
         if "paths" in r:
             for shape, paths in r["paths"].items():
                 rows.append(f"\n{case} batch 1 {shape}: " + ", ".join(
@@ -424,6 +533,9 @@ def table(results):
         total = sum(r["parts_s"].values())
         fl = sum(r["flops"].values())
         mm = r["parts_s"].get("matmul", 0.0) + r["parts_s"].get("attention kernels (compiled)", 0.0)
+        if "ops_per_call" in r:
+            rows.append(f"\n{case}: {r['ops_per_call']:.0f} TensorFlow ops per call, {r['ops_per_call_layer_0']:.0f} "
+                        f"in layer 0: {r['op_types_layer_0']}")
         rows.append(f"\n{case}: wall {1e3 * r['wall_s']:.1f} ms per call, ops busy {1e3 * r['busy_s']:.1f} ms "
                     f"(idle {100 * (1 - r['busy_s'] / r['wall_s']):.0f}%), "
                     f"{fl / 1e9:.2f} GFLOP -> {fl / 1e9 / max(mm, 1e-9):.0f} GFLOP/s in matmuls+kernels "
@@ -470,8 +582,8 @@ def main(argv=None) -> int:
     if os.path.exists(out):  # a run of some cases updates those, keeping the others
         with open(out) as f:
             results = dict(json.load(f).get("results", {}), **results)
-    write_json(out, {"machine": cpu_model(), "config": cfg, "batch": BATCH, "steps": args.steps,
-                     "load_avg": os.getloadavg(), "versions": versions(["tensorflow", "keras"]),
+    write_json(out, {"machine": cpu_model(), "cpu_flags": cpu_flags(), "config": cfg, "batch": BATCH, "steps": args.steps,
+                     "load_avg": os.getloadavg(), "versions": versions(["tensorflow", "keras", "onnxruntime"]),
                      "results": results})
     return 0
 

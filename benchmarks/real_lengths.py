@@ -28,8 +28,10 @@ step (forward, loss, backward, clipping, AdamW update; dropout 0.1) at the batch
 Serving: texts/s from raw text: our SavedModel (each request in length groups, ``xlnet_tf.export.run_in_groups``;
 and as one call padded to the request's longest, ``ours_one_call``; and the export computing in bfloat16,
 ``ours_bf16``, with its probabilities' largest difference from the float32 export's) against HF padded to each
-call's longest and to max_seq_length. A short serving-only run: ``--training 0 --serving_reps 1 --hf_variants hf
---hf_threads 2``.
+call's longest and to max_seq_length, and against ONNX Runtime (``--ort_variants ort,ort_int8``: HF's model
+exported by ``torch.onnx.export``, float32 and int8 dynamic quantisation, every graph optimisation, 2 threads,
+HF's tokenizer; install it with ``benchmarks/setup_peer_onnxruntime.sh``). A short serving-only run:
+``--training 0 --serving_reps 1 --hf_variants hf --hf_threads 2``.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import bench_util  # noqa: E402
-from bench_util import PROTO, cpu_model, versions, write_json  # noqa: E402
+from bench_util import PROTO, cpu_flags, cpu_model, versions, write_json  # noqa: E402
 
 BASE = dict(n_layer=12, d_model=768, n_head=12, d_head=64, d_inner=3072)
 QUICK = dict(n_layer=2, d_model=768, n_head=12, d_head=64, d_inner=3072)
@@ -332,14 +334,18 @@ def epoch_table(plans, times, first, L, default="ours_m2"):
 
 # ================================================================================================ serving
 SERVE_BATCHES = {128: ((1, 24), (32, 3)), 512: ((1, 8), (32, 1))}  # (batch size, calls) per max_seq_length
-OURS_SERVING = {"ours": "", "ours_one_call": "one_call_", "ours_bf16": "bf16_"}  # worker -> export (dirs' prefix)
+OURS_SERVING = {"ours": "", "ours_one_call": "one_call_", "ours_bf16": "bf16_",  # worker -> export (dirs' prefix)
+                "ours_no_tables": "no_tables_", "ours_rounded": "rounded_"}
+ORT_SERVING = {"ort": "onnx", "ort_int8": "onnx_int8"}  # ONNX Runtime workers -> their model file (dirs' key)
+ORT_THREADS = 2
 
 
-def make_serving_models(config, tok, workdir):
+def make_serving_models(config, tok, workdir, ours=("ours", "ours_one_call", "ours_bf16")):
     """One random XLNet-Base classifier (``last`` summary, 2 labels), exported as our SavedModels (L 128 and 512,
     in-graph tokenizer; in length groups, as one call: ``one_call_L``, and computing in bfloat16: ``bf16_L``, the
-    same weights in a model built under ``mixed_bfloat16`` as ``--export_precision=bfloat16`` builds it) and as a
-    HuggingFace directory (``save_pretrained(format="huggingface")``): the same weights on every side."""
+    same weights in a model built under ``mixed_bfloat16`` as ``--export_precision=bfloat16`` builds it; only the
+    variants in ``ours``) and as a HuggingFace directory (``save_pretrained(format="huggingface")``): the same
+    weights on every side."""
     import keras
     import tensorflow as tf
 
@@ -353,21 +359,84 @@ def make_serving_models(config, tok, workdir):
     model.build_with({k: tf.zeros([1, 8], tf.int32) for k in ("input_ids", "segment_ids", "padding_mask")})
     dirs = {"hf": os.path.join(workdir, "hf")}
     model.save_pretrained(dirs["hf"], format="huggingface")
-    keras.mixed_precision.set_global_policy("mixed_bfloat16")
-    try:
-        bf16 = TaskModel(cfg, ClassificationHead(cfg.d_model, 2, n_head=cfg.n_head, d_head=cfg.d_head), seed=1)
-        bf16.build_with({k: tf.zeros([1, 8], tf.int32) for k in ("input_ids", "segment_ids", "padding_mask")})
-    finally:
-        keras.mixed_precision.set_global_policy("float32")
-    bf16.set_weights(model.get_weights())
+    if "ours_bf16" in ours:
+        keras.mixed_precision.set_global_policy("mixed_bfloat16")
+        try:
+            bf16 = TaskModel(cfg, ClassificationHead(cfg.d_model, 2, n_head=cfg.n_head, d_head=cfg.d_head), seed=1)
+            bf16.build_with({k: tf.zeros([1, 8], tf.int32) for k in ("input_ids", "segment_ids", "padding_mask")})
+        finally:
+            keras.mixed_precision.set_global_policy("float32")
+        bf16.set_weights(model.get_weights())
     for L in SERVE_BATCHES:
         dirs[L] = ClassifierServing(model, tok, L, label_names=["0", "1"]).export(os.path.join(workdir, f"ours_{L}"))
-        one_call = ClassifierServing(model, tok, L, label_names=["0", "1"])
-        one_call.max_groups = 1
-        dirs[f"one_call_{L}"] = one_call.export(os.path.join(workdir, f"ours_one_call_{L}"))
-        dirs[f"bf16_{L}"] = ClassifierServing(bf16, tok, L, label_names=["0", "1"]).export(
-            os.path.join(workdir, f"ours_bf16_{L}"))
+        if "ours_one_call" in ours:
+            one_call = ClassifierServing(model, tok, L, label_names=["0", "1"])
+            one_call.max_groups = 1
+            dirs[f"one_call_{L}"] = one_call.export(os.path.join(workdir, f"ours_one_call_{L}"))
+        if "ours_rounded" in ours:  # the export before exact single rows (batch 1 rounded up to a multiple of 8)
+            rounded = ClassifierServing(model, tok, L, label_names=["0", "1"])
+            rounded.exact_single_row = False
+            dirs[f"rounded_{L}"] = rounded.export(os.path.join(workdir, f"ours_rounded_{L}"))
+        if "ours_no_tables" in ours:  # the export before its positional tables (each block projects them)
+            no_tables = ClassifierServing(model, tok, L, label_names=["0", "1"])
+            no_tables.precomputed_positions = False
+            dirs[f"no_tables_{L}"] = no_tables.export(os.path.join(workdir, f"ours_no_tables_{L}"))
+        if "ours_bf16" in ours:
+            dirs[f"bf16_{L}"] = ClassifierServing(bf16, tok, L, label_names=["0", "1"]).export(
+                os.path.join(workdir, f"ours_bf16_{L}"))
     return dirs
+
+
+def export_onnx(hf_dir: str, out_dir: str) -> dict:
+    """The HF directory's ``XLNetForSequenceClassification`` -> ONNX (``torch.onnx.export``, its default
+    exporter; batch and length dynamic; inputs ``input_ids``, ``attention_mask``, ``token_type_ids`` as HF's
+    tokenizer returns them, output the softmax ``probabilities``), and its int8 dynamic quantisation
+    (``onnxruntime.quantization.quantize_dynamic``, int8 weights): {"onnx": path, "onnx_int8": path}. Run in a
+    process of its own (``--export_onnx``): torch and TensorFlow stay apart. The mask goes in as float: the model
+    computes ``1.0 - attention_mask``, which the exporter cannot take for an integer tensor."""
+    import torch
+    import transformers
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    model = transformers.XLNetForSequenceClassification.from_pretrained(hf_dir).eval()
+
+    class Probabilities(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            logits = self.m(input_ids=input_ids, attention_mask=attention_mask.float(),
+                            token_type_ids=token_type_ids, use_mems=False).logits
+            return torch.softmax(logits, -1)
+
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    b, t = torch.export.Dim("batch"), torch.export.Dim("length")
+    example = tuple(torch.ones(2, 16, dtype=torch.long) for _ in names)
+    paths = {"onnx": os.path.join(out_dir, "model.onnx"), "onnx_int8": os.path.join(out_dir, "model_int8.onnx")}
+    os.makedirs(out_dir, exist_ok=True)
+    with torch.inference_mode():
+        torch.onnx.export(Probabilities(model).eval(), example, paths["onnx"], input_names=names,
+                          output_names=["probabilities"], dynamo=True,
+                          dynamic_shapes={n: {0: b, 1: t} for n in names})
+    quantize_dynamic(paths["onnx"], paths["onnx_int8"], weight_type=QuantType.QInt8)
+    return paths
+
+
+def ort_session(path: str, threads: int = ORT_THREADS, profile_prefix: str = None):
+    """An ONNX Runtime CPU session as a deployer sets it up: every graph optimisation, ``threads`` intra-op
+    threads, sequential execution (``profile_prefix``: its per-node profile on)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    if profile_prefix:
+        so.enable_profiling = True
+        so.profile_file_prefix = profile_prefix
+    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
 
 def build_serving(spec):
@@ -382,6 +451,17 @@ def build_serving(spec):
         fns = {L: tf.saved_model.load(spec["dirs"][f"{prefix}{L}"]).signatures["serving_default"]
                for L in SERVE_BATCHES}
         return lambda L, texts: fns[L](text_a=tf.constant(texts))["probabilities"].numpy()
+    if spec["impl"] in ORT_SERVING:
+        import transformers
+
+        tok = transformers.XLNetTokenizer(spec["spm"])
+        sess = ort_session(spec["dirs"][ORT_SERVING[spec["impl"]]])
+
+        def serve(L, texts):
+            enc = tok(texts, padding="longest", truncation=True, max_length=L, return_tensors="np")
+            return sess.run(None, {k: enc[k].astype(np.int64) for k in
+                                   ("input_ids", "attention_mask", "token_type_ids")})[0]
+        return serve
     import torch
     import transformers
 
@@ -405,38 +485,62 @@ def build_serving(spec):
     return serve
 
 
-def serving(config, tok, sets, reps, workdir, hf_threads, hf_variants, log):
+def serving(config, tok, sets, reps, workdir, hf_threads, hf_variants, log, ours=("ours", "ours_one_call", "ours_bf16"),
+            ort_variants=(), groups=None, batches=()):
     """Texts/s from raw text, each implementation in its own worker, the same weights: our SavedModel (each call
     in length groups; and as one call padded to its longest text) vs HF's tokenizer + model (padded to the
-    longest; and to max_seq_length, the per-token reference) and HF's pipeline; outputs compared before timing;
-    interleaved repetitions."""
-    dirs = make_serving_models(config, tok, workdir)
+    longest; and to max_seq_length, the per-token reference), HF's pipeline and ONNX Runtime on HF's model
+    exported to ONNX (float32, and int8 dynamic quantisation); outputs compared with ours before timing;
+    interleaved repetitions. ``groups``: lists of worker labels alive (and interleaved) together, run one group
+    after the other (None: all at once); ours' answers from the first group are every group's reference.
+    ``batches``: the (max_seq_length, batch size) pairs timed (empty: every one of ``SERVE_BATCHES``)."""
+    dirs = make_serving_models(config, tok, workdir, ours)
+    if ort_variants:
+        import subprocess
+
+        out = subprocess.run([sys.executable, os.path.abspath(__file__), "--export_onnx", dirs["hf"],
+                              os.path.join(workdir, "onnx")], stdout=subprocess.PIPE, stderr=log, text=True,
+                             check=True).stdout
+        dirs.update(json.loads([x for x in out.splitlines() if x.startswith(PROTO + "ONNX ")][-1][len(PROTO) + 5:]))
     texts_path = os.path.join(workdir, "texts.json")
     with open(texts_path, "w") as f:
         json.dump({name: texts for name, (texts, L) in sets.items()}, f)
-    specs = [dict(impl=i) for i in OURS_SERVING] + [dict(impl=i, threads=t) for t in hf_threads for i in hf_variants]
-    workers = [Worker(dict(spec, serving=True, dirs={str(k): v for k, v in dirs.items()}, texts=texts_path,
-                           spm=os.path.join(shared_dir(), "spiece", "spiece.model")), log) for spec in specs]
-    rows = {}
-    for name, (texts, L) in sets.items():
-        for batch, calls in SERVE_BATCHES[L]:
-            cmd = f"serve {L} {batch} {calls} {json.dumps(name)}"
-            ref = None
-            diffs = {}
-            for w in workers:  # warm-up: every padded length met once; outputs compared with ours
-                probs = json.loads(w.ask(cmd, "SERVED"))["probabilities"]
-                ref = probs if ref is None else ref
-                diffs[w.label] = max(abs(a - b) for pa, pb in zip(probs, ref) for a, b in zip(pa, pb))
-            per = {w.label: [] for w in workers}
-            for r in range(reps):
-                for w in (workers if r % 2 == 0 else workers[::-1]):
-                    per[w.label].append(batch * calls / json.loads(w.ask(cmd, "SERVED"))["seconds"])
-            key = f"{name}, batch {batch}"
-            rows[key] = {label: round(statistics.median(v), 2) for label, v in per.items()}
-            rows[key]["max_prob_diff_vs_ours"] = {label: float(f"{d:.3g}") for label, d in diffs.items()}
-            print(f"serving {key}: {rows[key]}", flush=True)
-    for w in workers:
-        w.ask("stop", "DONE")
+    specs = [dict(impl=i) for i in ours] + [dict(impl=i, threads=ORT_THREADS) for i in ort_variants]
+    specs += [dict(impl=i, threads=t) for t in hf_threads for i in hf_variants]
+    label = lambda spec: spec["impl"] + (f" {spec['threads']}t" if "threads" in spec else "")  # noqa: E731
+    by_label = {label(sp): sp for sp in specs}
+    groups = [list(by_label)] if not groups else groups
+    unknown = [x for g in groups for x in g if x not in by_label]
+    if unknown:
+        raise SystemExit(f"--serving_groups: unknown worker(s) {unknown}; known: {list(by_label)}")
+    rows, refs = {}, {}
+    for group in groups:
+        workers = [Worker(dict(by_label[x], serving=True, dirs={str(k): v for k, v in dirs.items()},
+                               texts=texts_path, spm=os.path.join(shared_dir(), "spiece", "spiece.model")), log)
+                   for x in group]
+        for name, (texts, L) in sets.items():
+            for batch, calls in SERVE_BATCHES[L]:
+                if batches and (L, batch) not in batches:
+                    continue
+                cmd = f"serve {L} {batch} {calls} {json.dumps(name)}"
+                key = f"{name}, batch {batch}"
+                row = rows.setdefault(key, {"max_prob_diff_vs_ours": {}})
+                for w in workers:  # warm-up: every padded length met once; outputs compared with ours
+                    probs = json.loads(w.ask(cmd, "SERVED"))["probabilities"]
+                    ref = refs.setdefault(cmd, probs)
+                    row["max_prob_diff_vs_ours"][w.label] = float(
+                        f"{max(abs(a - b) for pa, pb in zip(probs, ref) for a, b in zip(pa, pb)):.3g}")
+                per = {w.label: [] for w in workers}
+                for r in range(reps):
+                    for w in (workers if r % 2 == 0 else workers[::-1]):
+                        per[w.label].append(batch * calls / json.loads(w.ask(cmd, "SERVED"))["seconds"])
+                reps_of = row.setdefault("reps", {})  # a worker in several groups: its reps of all of them
+                for lbl, v in per.items():
+                    reps_of.setdefault(lbl, []).extend(round(x, 3) for x in v)
+                    row[lbl] = round(statistics.median(reps_of[lbl]), 2)
+                print(f"serving {key}: {row}", flush=True)
+        for w in workers:
+            w.ask("stop", "DONE")
     return rows
 
 
@@ -459,10 +563,24 @@ def main(argv=None) -> int:
     ap.add_argument("--hf_threads", default="2,1", help="torch threads of the HF serving workers (each its own)")
     ap.add_argument("--hf_variants", default="hf,hf_pipeline,hf_fixed", help="HF serving workers: tokenizer + model "
                     "padded to the longest (hf), its pipeline (hf_pipeline), padded to max_seq_length (hf_fixed); empty: none")
+    ap.add_argument("--ours_variants", default="ours,ours_one_call,ours_bf16", help="our serving workers: in length "
+                    "groups (ours), as one call (ours_one_call), the bfloat16 export (ours_bf16), without the "
+                    "export's positional tables (ours_no_tables), batch 1 rounded up to a multiple of 8 (ours_rounded)")
+    ap.add_argument("--ort_variants", default="", help="ONNX Runtime serving workers on HF's model exported to ONNX: "
+                    "float32 (ort), int8 dynamic quantisation (ort_int8); needs benchmarks/setup_peer_onnxruntime.sh")
+    ap.add_argument("--serving_groups", default="", help="workers alive (and interleaved) together, groups run one "
+                    "after the other: labels comma-separated, groups by '/', e.g. 'ours,ort/ours,ort_int8,hf 2t' "
+                    "(default: all at once)")
+    ap.add_argument("--serving_batches", default="", help="max_seq_length:batch pairs served, e.g. "
+                    "'128:1,128:32,512:1' (default: all of SST-2 128:1, 128:32 and IMDB 512:1, 512:32)")
     ap.add_argument("--workdir", default=os.path.join(ROOT, "recipes_work", "real_lengths"))
+    ap.add_argument("--export_onnx", nargs=2, metavar=("HF_DIR", "OUT_DIR"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         worker(args.worker)
+        return 0
+    if args.export_onnx:
+        print(PROTO + "ONNX " + json.dumps(export_onnx(*args.export_onnx)), flush=True)
         return 0
     from xlnet_tf import XLNetTokenizer
 
@@ -482,9 +600,12 @@ def main(argv=None) -> int:
         if args.serving_reps:
             out["serving_texts_per_second"] = serving(
                 config, tok, serving_sets(), args.serving_reps, args.workdir,
-                [int(t) for t in args.hf_threads.split(",")], [v for v in args.hf_variants.split(",") if v], log)
-    out.update({"config": config, "machine": {"cpu": cpu_model(), "cores": os.cpu_count()},
-                "versions": versions(["tensorflow", "keras", "torch", "transformers"]),
+                [int(t) for t in args.hf_threads.split(",")], [v for v in args.hf_variants.split(",") if v], log,
+                [v for v in args.ours_variants.split(",") if v], [v for v in args.ort_variants.split(",") if v],
+                [[x.strip() for x in g.split(",") if x.strip()] for g in args.serving_groups.split("/") if g.strip()],
+                [tuple(int(n) for n in p.split(":")) for p in args.serving_batches.split(",") if p])
+    out.update({"config": config, "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "flags": cpu_flags()},
+                "versions": versions(["tensorflow", "keras", "torch", "transformers", "onnxruntime", "onnx"]),
                 "command": shlex.join(["python", "benchmarks/real_lengths.py"] + list(argv or sys.argv[1:]))})
     write_json(path, out)
     return 0

@@ -61,10 +61,20 @@ def keep_last(rt: tf.RaggedTensor, lengths: tf.Tensor) -> tf.RaggedTensor:
     return tf.ragged.boolean_mask(rt, mask)
 
 
-def batch_length(rt: tf.RaggedTensor, max_len: int) -> tf.Tensor:
+def batch_length(rt: tf.RaggedTensor, max_len: int, exact_single_row: bool = False) -> tf.Tensor:
     """The padded length of a served batch of token rows: its longest row, rounded up to ``SERVING_MULTIPLE``
-    (``xlnet_tf/lengths.py``)."""
-    return padded_length(tf.reduce_max(rt.row_lengths()), max_len, SERVING_MULTIPLE)
+    (``xlnet_tf/lengths.py``); ``exact_single_row``: a request of one row keeps its own length (rounding would only
+    add padded tokens to compute)."""
+    lengths = rt.row_lengths()
+    return padded_length(tf.reduce_max(lengths), max_len, serving_multiple(tf.size(lengths), exact_single_row))
+
+
+def serving_multiple(rows, exact_single_row: bool = True):
+    """The multiple a request of ``rows`` rows is padded to: ``SERVING_MULTIPLE``, or 1 for a single row with
+    ``exact_single_row``."""
+    if not exact_single_row:
+        return SERVING_MULTIPLE
+    return tf.where(rows > 1, SERVING_MULTIPLE, 1)
 
 
 def pad_rows(rt: tf.RaggedTensor, length, value, left: bool) -> tf.Tensor:
@@ -132,6 +142,7 @@ def _trim(value: tf.Tensor, length, axis: int, left: bool) -> tf.Tensor:
     if value.shape.rank is None or value.shape.rank <= axis:
         return value
     n = tf.shape(value)[axis]
+    length = tf.minimum(length, n)  # a group is never longer than the request's layout (a single exact row)
     return value[(slice(None),) * axis + ((slice(n - length, None),) if left else (slice(0, length),))]
 
 
@@ -172,12 +183,27 @@ def float32_outputs(outputs: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
     return {k: tf.cast(v, tf.float32) if v.dtype.is_floating else v for k, v in outputs.items()}
 
 
+# What a process serving an export needs, by CPU family, as measured (PERFORMANCE.md "Serving at batch 1 against
+# ONNX Runtime"); recorded in every export's serving_info.json.
+SERVING_PROCESS = {
+    "needs": "tensorflow and tensorflow_text only; no thread, oneDNN or precision setting",
+    "avx2 (AMD EPYC, no AVX-512)": "TensorFlow's default threads (one inter-op thread measured no faster); "
+                                   "TF_ENABLE_ONEDNN_OPTS on or off within 6% (issue 53); float32 (bfloat16 "
+                                   "is slower without native bf16)",
+    "avx512_bf16 (AMD EPYC, no AMX)": "float32 as above; the bfloat16 export (--export_precision=bfloat16) is "
+                                      "1.45-1.73x float32 at batch 32 and on long texts, 0.95x on short texts at "
+                                      "batch 1",
+}
+
+
 def serving_info(module: tf.Module) -> Dict:
-    """What ``serving_info.json`` records of an export: its compute precision (the model's Keras policy), plus
-    what the module adds (``module.extra_serving_info()``, e.g. the generation options fixed at export)."""
+    """What ``serving_info.json`` records of an export: its compute precision (the model's Keras policy), what a
+    serving process needs (``SERVING_PROCESS``), plus what the module adds (``module.extra_serving_info()``, e.g.
+    the generation options fixed at export)."""
     policy = hardware.policy_name(getattr(module, "model", None))
     compute = {p: d for d, p in hardware.POLICY_OF_DTYPE.items()}.get(policy, policy)
-    info = {"precision": compute, "keras_policy": policy, "variable_dtype": "float32", "output_dtype": "float32"}
+    info = {"precision": compute, "keras_policy": policy, "variable_dtype": "float32", "output_dtype": "float32",
+            "serving_process": dict(SERVING_PROCESS)}
     extra = getattr(module, "extra_serving_info", None)
     return dict(info, **extra()) if extra else info
 

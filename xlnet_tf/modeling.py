@@ -222,6 +222,20 @@ class XLNetModel(keras.Model):
         return basis._replace(projected=tuple(b.rel_attn.positional_tables(basis, self.compute_dtype)
                                               for b in self.blocks))
 
+    def position_tables(self, max_len: int):
+        """Every block's projected positional tables (``PositionalBasis.projected``) for the distances of a call of
+        up to ``max_len`` positions without memory, |d| = 0 .. max_len: what a serving export computes once
+        (``positions_from_tables`` picks a request's rows), instead of two matmuls per block per request."""
+        return self.projected_positions(max_len, max_len).projected
+
+    def positions_from_tables(self, tables, qlen, klen) -> PositionalBasis:
+        """The ``positions`` of a call of ``qlen`` queries over ``klen`` keys (``klen`` <= the tables' max_len)
+        from ``position_tables``: the rows |d| = 0 .. max |d| of each block's tables."""
+        basis = self.positional_encoding(*(tf.convert_to_tensor(n, tf.int32) for n in (qlen, klen, 1)))
+        rows = tf.shape(basis.sin)[0]
+        return basis._replace(projected=tuple((tf.slice(s, [0, 0], tf.stack([rows, -1])),
+                                               tf.slice(c, [0, 0], tf.stack([rows, -1]))) for s, c in tables))
+
     def lm_logits(self, hidden) -> tf.Tensor:
         """[..., d_model] -> [..., n_token] float32: tied to the word embedding plus the checkpoint's lm bias.
 

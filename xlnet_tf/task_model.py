@@ -40,13 +40,15 @@ class TaskModel(WrapsBackbone, keras.Model):
         self.backbone = XLNetModel(config, seed=seed)
         self.head = head
 
-    def call(self, features: Dict[str, tf.Tensor], training=False):
-        out, head_features = self.encode(features, training=training)
+    def call(self, features: Dict[str, tf.Tensor], training=False, positions=None):
+        out, head_features = self.encode(features, training=training, positions=positions)
         return self.head(out, head_features, training=training)
 
-    def encode(self, features: Dict[str, tf.Tensor], training=False):
+    def encode(self, features: Dict[str, tf.Tensor], training=False, positions=None):
         """(backbone outputs, the features the head reads): for long-document windows, the last window's outputs
-        (with the document's memory) and features."""
+        (with the document's memory) and features. ``positions``: the call's projected relative positions
+        (``XLNetModel.positions_from_tables``; one window without memory, inference), as a serving export
+        passes them; None: computed by the backbone."""
         hidden = bool(getattr(self.head, "reads_hidden_states", False))
         if "num_segments" in features:
             return self._encode_windows(features, training, hidden)
@@ -56,7 +58,8 @@ class TaskModel(WrapsBackbone, keras.Model):
         if ids.shape.rank == 3:  # [batch, choices, seq] -> [batch*choices, seq]
             flat = lambda t: None if t is None else tf.reshape(t, [-1, tf.shape(t)[-1]])  # noqa: E731
             ids, seg, mask = flat(ids), flat(seg), flat(mask)
-        out = self.backbone(ids, segment_ids=seg, padding_mask=mask, training=training, output_hidden_states=hidden)
+        out = self.backbone(ids, segment_ids=seg, padding_mask=mask, training=training, output_hidden_states=hidden,
+                            positions=positions)
         return out, features
 
     def _encode_windows(self, features, training, hidden):

@@ -21,8 +21,8 @@ import tensorflow as tf
 
 from xlnet_tf.tasks.classification.features import text_budget
 from xlnet_tf.export import (SEG_PAD_CLASSIFIER, ServingModule, batch_length, constant_rows, float32_outputs,
-                             keep_first, pad_rows, save_atomically)
-from xlnet_tf.lengths import SERVING_MULTIPLE, padded_length
+                             keep_first, pad_rows, save_atomically, serving_multiple)
+from xlnet_tf.lengths import padded_length
 
 
 def truncate_lengths(len_a: tf.Tensor, len_b: tf.Tensor, budget) -> tuple:
@@ -39,10 +39,11 @@ def truncate_lengths(len_a: tf.Tensor, len_b: tf.Tensor, budget) -> tuple:
 
 
 def classification_features(ids_a: tf.RaggedTensor, ids_b: Optional[tf.RaggedTensor], max_seq_length: int,
-                            sep_id: int, cls_id: int, length=None) -> Dict[str, tf.Tensor]:
+                            sep_id: int, cls_id: int, length=None, exact_single_row: bool = False
+                            ) -> Dict[str, tf.Tensor]:
     """The classifier layout of tasks/classification/features.py, in-graph, for a batch of tokenised texts,
-    padded to ``length`` (default: the batch's longest, rounded up to a multiple of 8: ``batch_length``;
-    ``max_seq_length`` gives the TFRecords' fixed layout)."""
+    padded to ``length`` (default: the batch's longest, rounded up to a multiple of 8: ``batch_length``, a single
+    text to its own length with ``exact_single_row``; ``max_seq_length`` gives the TFRecords' fixed layout)."""
     ids_a = tf.cast(ids_a, tf.int32)
     batch = ids_a.nrows(out_type=tf.int32)
     sep = constant_rows(batch, sep_id)
@@ -60,7 +61,8 @@ def classification_features(ids_a: tf.RaggedTensor, ids_b: Optional[tf.RaggedTen
     a = keep_first(ids_a, tf.fill([batch], text_budget(max_seq_length, pair=False)))
     single = dense([a, sep, cls], [a * 0, sep * 0, cls * 0 + 2])
     if ids_b is None:
-        return padded(single, batch_length(single["tokens"], max_seq_length) if length is None else length)
+        return padded(single, batch_length(single["tokens"], max_seq_length, exact_single_row=exact_single_row)
+                      if length is None else length)
     ids_b = tf.cast(ids_b, tf.int32)
     la, lb = truncate_lengths(ids_a.row_lengths(), ids_b.row_lengths(), text_budget(max_seq_length, pair=True))
     a, b = keep_first(ids_a, la), keep_first(ids_b, lb)
@@ -69,7 +71,7 @@ def classification_features(ids_a: tf.RaggedTensor, ids_b: Optional[tf.RaggedTen
     has_b = ids_b.row_lengths() > 0
     if length is None:
         rows = tf.where(has_b, pair["tokens"].row_lengths(), single["tokens"].row_lengths())
-        length = padded_length(tf.reduce_max(rows), max_seq_length, SERVING_MULTIPLE)
+        length = padded_length(tf.reduce_max(rows), max_seq_length, serving_multiple(batch, exact_single_row))
     single, pair = padded(single, length), padded(pair, length)
     return {k: tf.where(has_b[:, None], pair[k], single[k]) for k in pair}
 
@@ -115,8 +117,32 @@ class ClassifierServing(ServingModule):
         names = list(label_names or []) or [str(i) for i in range(max(int(model.head.num_labels), 1))]
         self.label_names = tf.constant(names, tf.string)
 
+    # Every block's projected positional tables, computed once at export for |d| <= max_seq_length and saved with
+    # the export (``XLNetModel.position_tables``): a request reads its rows instead of multiplying them in every
+    # block (two matmuls per block). One-window exports only (memory mode's calls have a memory). False: off.
+    precomputed_positions = True
+    # A request of one text runs at its own length, not rounded up to a multiple of 8 (``batch_length``): batch 1
+    # computes no padded token. False: rounded, as before.
+    exact_single_row = True
+
+    def _build_position_tables(self):
+        """The tables as variables of this module (saved once in the export's variables), before any trace."""
+        self._position_tables = None
+        if self.precomputed_positions and not self.memory:
+            self._position_tables = [tuple(tf.Variable(t, trainable=False, name=f"position_table_{i}_{k}")
+                                           for k, t in zip(("sin", "cos"), pair))
+                                     for i, pair in enumerate(self.model.backbone.position_tables(self.max_seq_length))]
+
+    def _positions(self, features):
+        """This call's ``positions`` from the export's tables (None without them: the backbone computes them)."""
+        if getattr(self, "_position_tables", None) is None or "num_segments" in features:
+            return None
+        T = tf.shape(features["input_ids"])[-1]
+        return self.model.backbone.positions_from_tables(self._position_tables, T, T)
+
     def _outputs(self, features):
-        out = self.model.head.serving_outputs(float32_outputs(self.model(features, training=False)))
+        out = self.model(features, training=False, positions=self._positions(features))
+        out = self.model.head.serving_outputs(float32_outputs(out))
         if not self.regression:
             out = dict(out)
             out["label_name"] = tf.gather(self.label_names, out["label"])
@@ -155,13 +181,13 @@ class ClassifierServing(ServingModule):
                                     self.max_segments)
         ids_b = None if text_b is None else self.tokenizer.tokenize(text_b)
         return classification_features(self.tokenizer.tokenize(text_a), ids_b, self.max_seq_length, self.sep_id,
-                                       self.cls_id)
+                                       self.cls_id, exact_single_row=self.exact_single_row)
 
     def embed_fn(self, pair: bool):
         """``embed``: the last layer's hidden state of the document's final ``<cls>`` [b, d_model] (with the memory
         of the earlier windows in memory mode), the vector the head reads."""
         def embedding(features):
-            out, _ = self.model.encode(features, training=False)
+            out, _ = self.model.encode(features, training=False, positions=self._positions(features))
             return {"embedding": tf.cast(out["sequence_output"][:, -1], tf.float32)}
 
         def run(text_a, text_b=None):
@@ -174,6 +200,7 @@ class ClassifierServing(ServingModule):
 
     def export(self, export_dir: str, pair: bool = False) -> str:
         """Signatures ``serving_default`` (raw text), ``serve_ids`` (features) and ``embed`` (raw text)."""
+        self._build_position_tables()
         self.serve_text, self.serve_ids, self.embed = self.text_fn(pair), self.ids_fn(), self.embed_fn(pair)
         return save_atomically(self, export_dir, {"serving_default": self.serve_text, "serve_ids": self.serve_ids,
                                                   "embed": self.embed})
