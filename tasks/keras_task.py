@@ -69,10 +69,8 @@ class XLNetTask(TaskModel):
     (raw strings -> features, in-graph), ``is_raw``, ``metric_pair`` (y, y_pred for compiled metrics),
     ``predict_outputs`` and ``make_serving`` (the command line's serving module over the model)."""
 
-    feature_spec_fn = None
-
-    def __init__(self, config, tokenizer=None, lower: bool = False, max_seq_length: int = 128, seed: int = TrainConfig.seed,
-                 pretrained: bool = False, head_options: Optional[Dict[str, Any]] = None, name=None, **kwargs):
+    def __init__(self, config, tokenizer=None, lower: bool = False, max_seq_length: int = 128,
+                 seed: int = TrainConfig.seed, pretrained: bool = False, head_options: Optional[Dict[str, Any]] = None, name=None, **kwargs):
         config = config if isinstance(config, XLNetConfig) else XLNetConfig.from_dict(dict(config))
         self.head_options = dict(head_options or {})
         super().__init__(config, self.make_head(config, **self.head_options), seed=seed,
@@ -90,8 +88,8 @@ class XLNetTask(TaskModel):
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_pretrained(cls, path: str, tokenizer=None, lower: bool = False, max_seq_length: int = 128,
-                        seed: int = TrainConfig.seed, head_options: Optional[Dict[str, Any]] = None, config_overrides=None,
-                        **task_kwargs):
+                        seed: int = TrainConfig.seed, head_options: Optional[Dict[str, Any]] = None,
+                        config_overrides=None, **task_kwargs):
         """Reads every format ``XLNetModel.from_pretrained`` reads (original TF1, HuggingFace, ours) and the head
         when the checkpoint holds it (an original fine-tuned checkpoint, or ``save_pretrained``'s). The tokenizer:
         ``tokenizer`` (a path or an ``XLNetTokenizer``), else ``spiece.model`` in the checkpoint's directory."""
@@ -285,8 +283,8 @@ class XLNetTask(TaskModel):
             vx, vy, _ = (validation_data, None, None) if isinstance(validation_data, tf.data.Dataset) else \
                 keras.utils.unpack_x_y_sample_weight(tuple(validation_data))
             validation_data = self.as_dataset(vx, vy, batch_size or 32, shuffle=False, training=False)
-        return super().fit(ds, epochs=epochs, validation_data=validation_data, steps_per_epoch=steps_per_epoch, shuffle=False,
-                           **kwargs)
+        return super().fit(ds, epochs=epochs, validation_data=validation_data, steps_per_epoch=steps_per_epoch,
+                           shuffle=False, **kwargs)
 
     def evaluate(self, x=None, y=None, batch_size=None, **kwargs):
         return super().evaluate(self.as_dataset(x, y, batch_size or 32, shuffle=False, training=False), **kwargs)
