@@ -176,7 +176,7 @@ class XLNetTask(TaskModel):
         if keras_kw.get("steps_per_execution", 1) != 1:
             raise ValueError("compile(steps_per_execution=...): one update per step (use grad_accum_steps)")
         self._train_options = dict(train_options)
-        TrainConfig(**dict(train_options, train_steps=train_options.get("train_steps") or 1))  # checks the values
+        recipe = self.train_config(1)  # checks the values (train_steps unset: fit sets the schedule's length)
         serializable = all(isinstance(v, str) for v in (optimizer, loss, metrics))
         self._compile_options = dict(optimizer=optimizer, loss=loss, metrics=metrics, **train_options) \
             if serializable else None
@@ -184,7 +184,7 @@ class XLNetTask(TaskModel):
         object.__setattr__(self, "_rule", None)
         if optimizer == AUTO:
             with self.distribute_strategy.scope():
-                optimizer = self.train_config(train_options.get("train_steps") or 1).optimizer()
+                optimizer = recipe.optimizer()
         if metrics == AUTO:
             metrics = self.default_metrics()
         self._has_metrics = bool(metrics)
@@ -219,13 +219,16 @@ class XLNetTask(TaskModel):
         return self._rule
 
     def _set_schedule_length(self, steps: int) -> None:
-        """The recipe's schedule decays over the fit call when compile() was not given train_steps."""
+        """The recipe's schedule decays over the fit call when compile() was not given train_steps. Its length is
+        a constant of the traced step, so a new length drops the traced step and the rule that holds it."""
         if self._train_options.get("train_steps") or not steps:
             return
         inner = getattr(self.optimizer, "inner_optimizer", self.optimizer)
         schedule = getattr(inner, "_learning_rate", None)
-        if hasattr(schedule, "train_steps"):
+        if hasattr(schedule, "train_steps") and schedule.train_steps != int(steps):
             schedule.train_steps = int(steps)
+            object.__setattr__(self, "_rule", None)
+            self.train_function = None
 
     def _features(self, data) -> Dict[str, tf.Tensor]:
         x, y, _ = keras.utils.unpack_x_y_sample_weight(data)

@@ -201,6 +201,21 @@ def test_gradient_accumulation_and_mixed_precision_fit():
 
 
 @pytest.mark.slow
+def test_each_fit_decays_over_its_own_length():
+    """compile() without train_steps: the schedule decays to 0 over each fit call. A second, longer fit must
+    follow its own length, not the first call's traced one (under which every later step has learning rate 0)."""
+    x, y = _sst2("train", 96)
+    model = _classifier(L=32)
+    model.compile(learning_rate=1e-3, warmup_steps=0)
+    model.fit(x[:32], y[:32], batch_size=16, epochs=1, verbose=0)  # 2 steps, the schedule ends at step 2
+    after_first = [w.numpy().copy() for w in model.trainable_weights]
+    model.fit(x, y, batch_size=16, epochs=1, verbose=0)  # 6 steps: steps 2-5 run at 1e-3 * (1 - step / 6)
+    assert model.optimizer.iterations.numpy() == 8
+    moved = max(float(np.max(np.abs(a - b.numpy()))) for a, b in zip(after_first, model.trainable_weights))
+    assert moved > 1e-5, "the second fit ran on the first one's schedule (learning rate 0)"
+
+
+@pytest.mark.slow
 def test_any_keras_optimizer_loss_and_metrics():
     import keras
 
