@@ -276,8 +276,10 @@ def test_fused_attention_keeps_fewer_score_tensors(monkeypatch, tmp_path):
     # no score-sized temporaries: the gradient op's outputs (dq, dk, dv, dkr) and three [b, q, d] gradients
     assert fused["workspace_items"]["forward"] == 0 and fused["workspace_items"]["backward_attention"] == 7 * bqd * 4
     assert fused["step_peak"] < plain["step_peak"] and fused["fused_attention"]
+    from xlnet_tf.accel import kernels  # the rule's one home is xlnet_tf.accel (kernel_refusal)
+
     lib = tmp_path / "_rel_attention.so"
-    monkeypatch.setattr(ram, "KERNEL_LIBRARY", str(lib))
+    monkeypatch.setattr(kernels, "LIBRARY", str(lib))
     assert not ram.fused_attention_applies(cfg, "float32", jit=False, cpu=True)   # not built
     lib.write_bytes(b"")
     assert ram.fused_attention_applies(cfg, "float32", jit=False, cpu=True)

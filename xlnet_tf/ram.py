@@ -7,7 +7,8 @@ Transformer-XL memory, ``mems``).
 
 ``estimate(config, seq_len, batch, precision, recompute, num_trainable_layers, ...) -> dict`` is the function
 behind the CLI, ``run_common.check_memory`` and ``benchmarks/memory_levers.py`` (which checks it against the
-allocator's measured peak). It imports no TensorFlow. Sizes are bytes; 1 MiB = 2**20 bytes.
+allocator's measured peak). It imports no TensorFlow (the CLI's ``--fused_attention=auto`` asks
+``xlnet_tf.accel``'s kernel rule, which does). Sizes are bytes; 1 MiB = 2**20 bytes.
 
 What it counts, the step's timeline and what XLA does on top (its calibration against the allocator's peak:
 PERFORMANCE.md, "The RAM estimator's calibration"):
@@ -283,18 +284,16 @@ def workspace(c: XLNetConfig, seq_len: int, batch: int, precision: str, jit: boo
 
 
 # ====================================================================== the estimate
-KERNEL_LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "accel", "kernels", "_rel_attention.so")
-
-
 def fused_attention_applies(c: XLNetConfig, precision: str, jit: bool, cpu: bool) -> bool:
-    """Whether a training step would run the compiled attention kernels (``accelerate`` with ``kernels``): a CPU
-    host, graph mode (the trainer's --jit=update or false), float32, no bi_data, d_head a multiple of 16 and
-    a built library (its stamp is checked only when TensorFlow loads it: an outdated build falls back to the
-    TensorFlow ops, which keep more), and one set of positional encodings for the batch (no dropout on them, or
-    ``pos_dropout="shared"``)."""
-    one_pos_set = c.pos_dropout == "shared" or c.dropout <= 0
-    return ("kernels" in c.accelerations and cpu and not jit and precision == "float32" and not c.bi_data
-            and c.d_head % 16 == 0 and one_pos_set and os.path.exists(KERNEL_LIBRARY))
+    """Whether a training step would run the compiled attention kernels: the rule of ``xlnet_tf.accel``
+    (``kernel_refusal``, which imports TensorFlow) for a training step of ``c`` on this host's build of the
+    library (``cpu``: no GPU/TPU; ``jit``: whole-step XLA). The library's stamp is checked only when
+    TensorFlow loads it: an outdated build falls back to the TensorFlow ops, which keep more."""
+    from xlnet_tf import accel
+
+    per_example = c.pos_dropout == "per_example" and c.dropout > 0   # a training step's positional dropout
+    return accel.kernel_refusal(c, validate_precision(precision).replace("mixed_", ""), per_example, xla=jit,
+                                accelerator=not cpu, library=accel.library_present) is None
 
 
 def estimate(config: Union[XLNetConfig, str, dict], seq_len: int, batch: int, precision: str = "float32",
