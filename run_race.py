@@ -32,6 +32,7 @@ import logging
 import run_common
 import run_flags
 import run_main
+from xlnet_tf.tasks.race import features as race_data
 from xlnet_tf.tasks.race import reader as race_task
 from xlnet_tf.tasks.race.run import RaceData, RaceRun, race_train_sources  # (no TensorFlow: RaceData's defaults are the flags')
 
@@ -68,8 +69,7 @@ def job(F):
     if run_common.head_hidden_sizes(F):
         raise ValueError("--head_hidden_sizes is not supported by the RACE head")
     L, QA = F.max_seq_length, F.max_qa_length
-    if QA < 1 or L - 3 < QA:
-        raise ValueError(f"need 1 <= --max_qa_length <= --max_seq_length - 3 (got {QA}, {L})")
+    race_data.check_lengths(L, QA, flags=True)
     memory, mem_len, long_doc_data = run_common.long_doc_options(F)
     paths = run_common.output_paths(F)
     strategy = run_common.strategy(F)
