@@ -35,7 +35,7 @@ import run_flags
 import run_main
 from xlnet_tf.tasks.pretrain.run import PretrainSpec  # (no TensorFlow: its defaults are the flags')
 from xlnet_tf.tasks.pretrain.run import PretrainPlan, check_dirs, expand_inputs, run, spiece_model
-from xlnet_tf import XLNetTokenizer
+from xlnet_tf import XLNetTokenizer, ram
 
 
 def define_flags(fv) -> None:
@@ -111,7 +111,8 @@ def job(F):
     config = build_config(F, tokenizer)
     run_common.start_run(F, F.model_dir, "run_pretrain", "pretrain", config, tokenizer, training=True,
                          train_sources=train_paths or None, data=spec.data_settings(), work_dirs=[F.model_dir],
-                         memory={"head": "none", "length_flag": "seq_len" if F.seq_len else "max_seq_length"})
+                         # the LM head's weights are the backbone's (tied embedding, lm_bias)
+                         memory={"head": ram.NO_HEAD, "length_flag": "seq_len" if F.seq_len else "max_seq_length"})
     plan = PretrainPlan(train=run_common.train_config(F, F.model_dir), output_dir=F.output_dir, record_dir=record_dir,
                         train_paths=train_paths, heldout_paths=heldout_paths, train_batch_size=F.train_batch_size,
                         init_checkpoint=F.init_checkpoint, fail_if_unhealthy=F.fail_if_unhealthy)

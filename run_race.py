@@ -75,17 +75,17 @@ def job(F):
     strategy = run_common.strategy(F)
     tokenizer = run_common.tokenizer(F)
     config = run_common.model_config(F, mem_len=mem_len) if memory else run_common.model_config(F)
-    run_common.start_run(F, paths["output_dir"], "run_race", "race", config, tokenizer, F.do_train,
-                         train_sources=race_train_sources(F.data_dir, levels) if F.do_train else (),
-                         data=dict({"max_seq_length": L, "max_qa_length": QA, "train_subset": F.train_subset},
-                                   **long_doc_data),
-                         work_dirs=[paths["model_dir"], paths["cache_dir"]],
-                         memory={"rows": race_task.NUM_CHOICES})
     subsets = {"train": F.train_subset, F.eval_split: F.eval_subset, "test": F.eval_subset}
     head_options = dict(summary_type=F.summary_type, dropout=F.dropout, dropatt=F.dropatt)
     data = RaceData(data_dir=F.data_dir, max_qa_length=QA, high_only=F.high_only, middle_only=F.middle_only,
                     eval_split=F.eval_split, subsets=subsets)
     spec = RaceRun(data, run_common.task_options(F, tokenizer, config, paths["cache_dir"], head_options, memory))
+    run_common.start_run(F, paths["output_dir"], "run_race", "race", config, tokenizer, F.do_train,
+                         train_sources=race_train_sources(F.data_dir, levels) if F.do_train else (),
+                         data=dict({"max_seq_length": L, "max_qa_length": QA, "train_subset": F.train_subset},
+                                   **long_doc_data),
+                         work_dirs=[paths["model_dir"], paths["cache_dir"]],
+                         memory={"head": spec.head_size(), "rows": race_task.NUM_CHOICES})
     run_common.run_task(F, spec, plan, config, strategy)
 
 
