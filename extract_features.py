@@ -99,10 +99,10 @@ class FeatureRun(runner.TaskSpec):
             raise ValueError("--long_doc_mode=memory: one text per line (no ' ||| ' pairs)")
         self.layers, self.pooling, self.output_file = layers, pooling, output_file
 
-    def head(self):
+    def head_parts(self):
         from xlnet_tf.heads.features import FeatureHead
 
-        return FeatureHead(self.options.config.n_layer, self.layers, self.pooling)
+        return FeatureHead, dict(n_layer=self.options.config.n_layer, layers=self.layers, pooling=self.pooling)
 
     def feature_spec(self):
         return cls_data.feature_spec(self.options.max_seq_length)
@@ -199,10 +199,10 @@ def job(F):
     memory, mem_len, _ = run_common.long_doc_options(F)
     run_common.check_text_room(F, False, memory)
     config = run_common.model_config(F, mem_len=mem_len) if memory else run_common.model_config(F)
-    run_common.start_run(F, paths["output_dir"], "extract_features", "features", config, tokenizer, False,
-                         work_dirs=[paths["model_dir"]])
     spec = FeatureRun(texts, run_common.task_options(F, tokenizer, config, paths["cache_dir"], {}), layers=layers,
                       pooling=F.pooling, output_file=F.output_file, memory=memory, line_index=line_index)
+    run_common.start_run(F, paths["output_dir"], "extract_features", "features", config, tokenizer, False,
+                         work_dirs=[paths["model_dir"]], memory={"head": spec.head_size()})
     plan = runner.Plan(output_dir=paths["output_dir"], model_dir=paths["model_dir"], do_predict=True,
                        export_huggingface=F.export_huggingface)  # (refused: HuggingFace has no features head)
     run_common.run_task(F, spec, plan, config, strategy)

@@ -73,14 +73,13 @@ def job(F):
     check_long_doc(task.name, config, F.max_segments if memory else None, pair=task.is_pair)  # before start_run
     run_common.check_text_room(F, task.is_pair, memory)
     L = F.max_seq_length
+    head_options = dict(summary_type=F.summary_type, hidden_sizes=run_common.head_hidden_sizes(F), dropout=F.dropout)
+    spec = ClassifierRun(task, F.data_dir,
+                         run_common.task_options(F, tokenizer, config, paths["cache_dir"], head_options, memory))
     run_common.start_run(F, paths["output_dir"], "run_classifier", task.name, config, tokenizer, F.do_train,
                          train_sources=task.source_files(F.data_dir, "train") if F.do_train else (),
                          data=dict({"max_seq_length": L}, **long_doc_data),
-                         work_dirs=[paths["model_dir"], paths["cache_dir"]])
-    head_options = dict(summary_type=F.summary_type, hidden_sizes=run_common.head_hidden_sizes(F), dropout=F.dropout)
-
-    spec = ClassifierRun(task, F.data_dir,
-                         run_common.task_options(F, tokenizer, config, paths["cache_dir"], head_options, memory))
+                         work_dirs=[paths["model_dir"], paths["cache_dir"]], memory={"head": spec.head_size()})
     run_common.run_task(F, spec, plan, config, strategy)
 
 

@@ -127,12 +127,13 @@ def check_text_room(F, pair: bool, memory: bool = False) -> None:
         raise ValueError(f"--max_seq_length={F.max_seq_length}: leaves no room for text ({what}: at least {need})")
 
 
-def check_memory(F, config, training: bool, head: str = "classification", rows: int = 1,
+def check_memory(F, config, training: bool, head: ram.HeadSize, rows: int = 1,
                  length_flag: str = "max_seq_length") -> None:
     """Refuses (one line) a run whose ``xlnet_tf.ram`` estimate exceeds the machine's memory, before any work:
-    training at --train_batch_size, else inference at the evaluation batch; ``rows``: sequences per example (RACE:
-    its 4 options); ``length_flag``: the flag holding the sequence length. Whole-step XLA's estimate (the smaller
-    one) is used, so only a run that cannot fit is refused."""
+    training at --train_batch_size, else inference at the evaluation batch; ``head``: the run's head as it
+    describes itself (``TaskSpec.head_size()``); ``rows``: sequences per example (RACE: its 4 options);
+    ``length_flag``: the flag holding the sequence length. Whole-step XLA's estimate (the smaller one) is used, so
+    only a run that cannot fit is refused."""
     if not F.check_memory:
         return
     length = getattr(F, length_flag)
@@ -152,14 +153,14 @@ def check_memory(F, config, training: bool, head: str = "classification", rows: 
                          f"them, or pass --nocheck_memory to run anyway")
 
 
-def start_run(F, run_dir: str, script: str, task: str, config, tokenizer, training: bool,
+def start_run(F, run_dir: str, script: str, task: str, config, tokenizer, training: bool, *, memory: Dict,
               train_sources: Optional[Sequence[str]] = (), data: Optional[Dict] = None,
-              work_dirs: Sequence[str] = (), memory: Optional[Dict] = None):
+              work_dirs: Sequence[str] = ()):
     """Checks the inputs against the model and takes ``run_dir`` for this run (``run_state.take_run_dir``: lock,
     stale temporaries, manifest), then creates ``work_dirs`` (the run's checkpoint and cache directories: created
     only here, so a refused start leaves no empty folders). Held until the process exits. ``train_sources=None``:
     the training data is not given to this run (reused records) and not compared. ``memory``: the task's arguments
-    of ``check_memory`` (head, rows per example, the length flag)."""
+    of ``check_memory`` (its head's description, rows per example, the length flag)."""
     vocab = int(tokenizer.vocab_size)
     if vocab > config.n_token:
         raise ValueError(f"--spiece_model_file {tokenizer.spiece_model_file}: vocabulary of {vocab} pieces, but "
@@ -167,7 +168,7 @@ def start_run(F, run_dir: str, script: str, task: str, config, tokenizer, traini
     _check_case(F)
     if training:
         check_schedule(F)
-    check_memory(F, config, training, **(memory or {}))
+    check_memory(F, config, training, **memory)
     manifest = run_state.run_manifest(F, script, task, config, tokenizer, data, train_sources)
     guard = run_state.take_run_dir(F, run_dir, manifest, training, work_dirs)
     for d in work_dirs:

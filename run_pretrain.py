@@ -34,8 +34,8 @@ import run_common
 import run_flags
 import run_main
 from xlnet_tf.tasks.pretrain.run import PretrainSpec  # (no TensorFlow: its defaults are the flags')
-from xlnet_tf.tasks.pretrain.run import PretrainPlan, expand_inputs, run, spiece_model
-from xlnet_tf import XLNetTokenizer
+from xlnet_tf.tasks.pretrain.run import PretrainPlan, check_dirs, expand_inputs, run, spiece_model
+from xlnet_tf import XLNetTokenizer, ram
 
 
 def define_flags(fv) -> None:
@@ -102,24 +102,22 @@ def job(F):
         max_span=F.max_span, bi_data=F.bi_data, use_eod=F.use_eod, use_eop=F.use_eop, data_seed=F.data_seed,
         uncased=F.uncased, heldout_batch_size=F.heldout_batch_size, heldout_steps=F.heldout_steps,
         heldout_every=F.heldout_every, heldout_seed=F.heldout_seed)
-    plan = PretrainPlan(model_dir=F.model_dir, output_dir=F.output_dir, record_dir=F.record_dir,
-                        train_batch_size=F.train_batch_size, grad_accum_steps=F.grad_accum_steps,
-                        train_steps=F.train_steps, log_steps=F.iterations, init_checkpoint=F.init_checkpoint,
-                        seed=F.seed, progress=F.progress, fail_if_unhealthy=F.fail_if_unhealthy)
-    plan.check()
+    record_dir = check_dirs(F.model_dir, F.output_dir, F.record_dir)
     spec.check()
-    plan.train_paths = expand_inputs(F.train_input, "train_input")
-    plan.heldout_paths = expand_inputs(F.heldout_input, "heldout_input")
-    spiece = spiece_model(plan.model_dir, plan.train_paths, F.spiece_model_file, F.train_spm, F.vocab_size,
-                          F.uncased)
+    train_paths = expand_inputs(F.train_input, "train_input")
+    heldout_paths = expand_inputs(F.heldout_input, "heldout_input")
+    spiece = spiece_model(F.model_dir, train_paths, F.spiece_model_file, F.train_spm, F.vocab_size, F.uncased)
     tokenizer = XLNetTokenizer(spiece, lower=F.uncased)
     config = build_config(F, tokenizer)
-    run_common.start_run(F, plan.model_dir, "run_pretrain", "pretrain", config, tokenizer, training=True,
-                         train_sources=plan.train_paths or None, data=spec.data_settings(),
-                         work_dirs=[plan.model_dir],
-                         memory={"head": "none", "length_flag": "seq_len" if F.seq_len else "max_seq_length"})
+    run_common.start_run(F, F.model_dir, "run_pretrain", "pretrain", config, tokenizer, training=True,
+                         train_sources=train_paths or None, data=spec.data_settings(), work_dirs=[F.model_dir],
+                         # the LM head's weights are the backbone's (tied embedding, lm_bias)
+                         memory={"head": ram.NO_HEAD, "length_flag": "seq_len" if F.seq_len else "max_seq_length"})
+    plan = PretrainPlan(train=run_common.train_config(F, F.model_dir), output_dir=F.output_dir, record_dir=record_dir,
+                        train_paths=train_paths, heldout_paths=heldout_paths, train_batch_size=F.train_batch_size,
+                        init_checkpoint=F.init_checkpoint, fail_if_unhealthy=F.fail_if_unhealthy)
     plan.make_dirs()  # once the run may start: a refused start leaves no empty folders
-    summary = run(spec, plan, config, tokenizer, spiece, run_common.train_config(F, plan.model_dir), strategy)
+    summary = run(spec, plan, config, tokenizer, spiece, strategy)
     print(json.dumps(summary))
     return summary
 

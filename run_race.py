@@ -32,6 +32,7 @@ import logging
 import run_common
 import run_flags
 import run_main
+from xlnet_tf.tasks.race import features as race_data
 from xlnet_tf.tasks.race import reader as race_task
 from xlnet_tf.tasks.race.run import RaceData, RaceRun, race_train_sources  # (no TensorFlow: RaceData's defaults are the flags')
 
@@ -68,24 +69,23 @@ def job(F):
     if run_common.head_hidden_sizes(F):
         raise ValueError("--head_hidden_sizes is not supported by the RACE head")
     L, QA = F.max_seq_length, F.max_qa_length
-    if QA < 1 or L - 3 < QA:
-        raise ValueError(f"need 1 <= --max_qa_length <= --max_seq_length - 3 (got {QA}, {L})")
+    race_data.check_lengths(L, QA, flags=True)
     memory, mem_len, long_doc_data = run_common.long_doc_options(F)
     paths = run_common.output_paths(F)
     strategy = run_common.strategy(F)
     tokenizer = run_common.tokenizer(F)
     config = run_common.model_config(F, mem_len=mem_len) if memory else run_common.model_config(F)
-    run_common.start_run(F, paths["output_dir"], "run_race", "race", config, tokenizer, F.do_train,
-                         train_sources=race_train_sources(F.data_dir, levels) if F.do_train else (),
-                         data=dict({"max_seq_length": L, "max_qa_length": QA, "train_subset": F.train_subset},
-                                   **long_doc_data),
-                         work_dirs=[paths["model_dir"], paths["cache_dir"]],
-                         memory={"rows": race_task.NUM_CHOICES})
     subsets = {"train": F.train_subset, F.eval_split: F.eval_subset, "test": F.eval_subset}
     head_options = dict(summary_type=F.summary_type, dropout=F.dropout, dropatt=F.dropatt)
     data = RaceData(data_dir=F.data_dir, max_qa_length=QA, high_only=F.high_only, middle_only=F.middle_only,
                     eval_split=F.eval_split, subsets=subsets)
     spec = RaceRun(data, run_common.task_options(F, tokenizer, config, paths["cache_dir"], head_options, memory))
+    run_common.start_run(F, paths["output_dir"], "run_race", "race", config, tokenizer, F.do_train,
+                         train_sources=race_train_sources(F.data_dir, levels) if F.do_train else (),
+                         data=dict({"max_seq_length": L, "max_qa_length": QA, "train_subset": F.train_subset},
+                                   **long_doc_data),
+                         work_dirs=[paths["model_dir"], paths["cache_dir"]],
+                         memory={"head": spec.head_size(), "rows": race_task.NUM_CHOICES})
     run_common.run_task(F, spec, plan, config, strategy)
 
 

@@ -109,18 +109,17 @@ def job(F):
     strategy = run_common.strategy(F)
     tokenizer = run_common.tokenizer(F)
     config = run_common.model_config(F)
-    run_common.start_run(F, paths["output_dir"], "run_squad", "squad", config, tokenizer, F.do_train,
-                         train_sources=[F.train_file] if F.do_train else (),
-                         data={"max_seq_length": L, "max_query_length": Q, "doc_stride": F.doc_stride, "v2": v2},
-                         work_dirs=[paths["model_dir"], paths["cache_dir"]], memory={"head": "squad"})
     squad = SquadOptions(max_query_length=Q, doc_stride=F.doc_stride, n_best_size=F.n_best_size,
                          max_answer_length=F.max_answer_length,
                          allow_last_paragraph_token=F.allow_last_paragraph_token,
                          null_score_diff_threshold=F.null_score_diff_threshold)
-
     spec = SquadRun(train=(train_examples, F.train_file) if F.do_train else None,
                     predict=(predict_examples, F.predict_file) if predict else None, v2=v2, squad=squad,
                     options=run_common.task_options(F, tokenizer, config, paths["cache_dir"], head_options))
+    run_common.start_run(F, paths["output_dir"], "run_squad", "squad", config, tokenizer, F.do_train,
+                         train_sources=[F.train_file] if F.do_train else (),
+                         data={"max_seq_length": L, "max_query_length": Q, "doc_stride": F.doc_stride, "v2": v2},
+                         work_dirs=[paths["model_dir"], paths["cache_dir"]], memory={"head": spec.head_size()})
     run_common.run_task(F, spec, plan, config, strategy)
 
 

@@ -204,12 +204,12 @@ def run_worker(spec: dict, log) -> dict:
 def predict(spec: dict, cpu: bool = True, fused_attention: bool = False) -> dict:
     sys.path.insert(0, ROOT)
     from xlnet_tf.config import XLNetConfig
-    from xlnet_tf.ram import estimate
+    from xlnet_tf.ram import cli_head, estimate
 
     cfg = XLNetConfig(**spec["shape"], recompute=spec["recompute"])
     ntl = spec["num_trainable_layers"]
     return estimate(cfg, spec["seq"], spec["batch"], spec["precision"], spec["recompute"],
-                    None if ntl < 0 else ntl, spec["grad_accum_steps"], head="classification", num_labels=2,
+                    None if ntl < 0 else ntl, spec["grad_accum_steps"], head=cli_head("classification", cfg),
                     jit=spec["jit"] is True, cpu=cpu, fused_attention=fused_attention)
 
 

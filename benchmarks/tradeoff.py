@@ -280,16 +280,16 @@ def _has_gpu() -> bool:
 def estimate_point(args, p: Dict) -> Dict:
     sys.path.insert(0, ROOT)
     from xlnet_tf.config import XLNetConfig
-    from xlnet_tf.ram import estimate
+    from xlnet_tf.ram import cli_head, estimate
 
     cfg = XLNetConfig.load(args.model_config_path, recompute=p["recompute"])
     deep = p["head"] == "deep"
     ntl = p["num_trainable_layers"]
+    head = cli_head("squad" if args.task == "squad" else "classification", cfg, num_labels=2,
+                    hidden_sizes=sizes(args.deep_head) if deep else (),
+                    answer_class_hidden_sizes=sizes(args.deep_answer_class) if deep and args.task == "squad" else ())
     e = estimate(cfg, p["seq_len"], args.train_batch_size, p["precision"], p["recompute"],
-                 None if ntl < 0 else ntl, p["grad_accum_steps"],
-                 head="squad" if args.task == "squad" else "classification", num_labels=2,
-                 head_hidden_sizes=sizes(args.deep_head) if deep else (),
-                 answer_class_hidden_sizes=sizes(args.deep_answer_class) if deep and args.task == "squad" else (),
+                 None if ntl < 0 else ntl, p["grad_accum_steps"], head=head,
                  jit=args.jit == "true" or (args.jit == "auto" and (_has_gpu() or p["precision"] == "mixed_float16")),
                  cpu=not _has_gpu())  # auto = the trainer's default_jit: whole-step XLA on GPU and for float16
     return {"total_mib": e["total"] / MiB, "persistent_mib": e["persistent"] / MiB,

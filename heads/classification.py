@@ -19,6 +19,7 @@ import tensorflow as tf
 from xlnet_tf.heads import DEFAULT_SUMMARY
 from xlnet_tf.heads.summary import SequenceSummary
 from xlnet_tf.head import Head, hf_linear
+from xlnet_tf.ram import HeadSize, dense_params
 
 
 class ClassificationHead(Head):
@@ -47,6 +48,18 @@ class ClassificationHead(Head):
         self._config = dict(d_model=d_model, num_labels=num_labels, regression=regression, task_name=task_name,
                             summary_type=summary_type, hidden_sizes=list(self.hidden_sizes), dropout=dropout,
                             initializer_range=initializer_range, n_head=n_head, d_head=d_head)
+
+    @classmethod
+    def size(cls, config, d_model: int = None, num_labels: int = 2, regression: bool = False,
+             summary_type: str = DEFAULT_SUMMARY, hidden_sizes: Sequence[int] = (), n_head=None, d_head=None,
+             **_) -> HeadSize:
+        """Weights: the summary, the MLP and the logits; kept: a few [d_model] float32 vectors per row."""
+        d = d_model or config.d_model
+        n, width = SequenceSummary.param_count(d, summary_type, n_head=n_head, d_head=d_head), d
+        for h in hidden_sizes:
+            n, width = n + dense_params(width, int(h)), int(h)
+        return HeadSize("classification", n + dense_params(width, 1 if regression else int(num_labels)),
+                        per_row_float32=8 * d)
 
     def build(self, input_shape=None):
         pass  # sublayers build on first call

@@ -8,6 +8,7 @@ from typing import Sequence
 import tensorflow as tf
 
 from xlnet_tf.head import Head
+from xlnet_tf.ram import HeadSize
 
 POOLINGS = ("mean", "last")
 
@@ -29,6 +30,14 @@ class FeatureHead(Head):
                              f"got {list(layers)}")
         self.layers = [int(i) % n for i in layers]
         self.pooling = pooling
+
+    @classmethod
+    def size(cls, config, n_layer: int = None, layers: Sequence[int] = (-1,), **_) -> HeadSize:
+        """No weights; kept: the backbone's n_layer + 1 hidden states it reads, the chosen layers' tokens (stacked,
+        then masked; float32) and their pooled vectors."""
+        d, k = config.d_model, len(layers)
+        return HeadSize("features", 0, per_token=((n_layer or config.n_layer) + 1) * d,
+                        per_token_float32=2 * k * d, per_row_float32=k * d)
 
     def call(self, backbone_outputs, features, training=False):
         hidden = backbone_outputs["hidden_states"]

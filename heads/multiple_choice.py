@@ -20,6 +20,7 @@ import tensorflow as tf
 from xlnet_tf.heads import DEFAULT_SUMMARY
 from xlnet_tf.heads.summary import SequenceSummary
 from xlnet_tf.head import Head, hf_linear
+from xlnet_tf.ram import HeadSize, dense_params
 
 
 class MultipleChoiceHead(Head):
@@ -35,6 +36,14 @@ class MultipleChoiceHead(Head):
         self.logits_dense = keras.layers.Dense(
             1, kernel_initializer=keras.initializers.RandomNormal(stddev=initializer_range), name="logits",
             dtype=self.dtype_policy)
+
+    @classmethod
+    def size(cls, config, d_model: int = None, summary_type: str = DEFAULT_SUMMARY, use_proj: bool = True,
+             n_head=None, d_head=None, **_) -> HeadSize:
+        """Weights: the summary and one score per option; kept: a few [d_model] float32 vectors per sequence."""
+        d = d_model or config.d_model
+        return HeadSize("multiple_choice", SequenceSummary.param_count(d, summary_type, use_proj, n_head, d_head)
+                        + dense_params(d, 1), per_row_float32=8 * d)
 
     def build(self, input_shape=None):
         # Variables are created on the first call (they only depend on d_model).

@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from xlnet_tf.head import Head, hf_layer_norm, hf_linear
 from xlnet_tf.masks import mask_logits
+from xlnet_tf.ram import HeadSize, dense_params
 
 
 class SquadHead(Head):
@@ -47,6 +48,30 @@ class SquadHead(Head):
         self.original = not self.hidden_sizes and not self.answer_class_hidden_sizes
         if d_model is not None:
             self._make_layers()
+
+    @classmethod
+    def size(cls, config, d_model: int = None, hidden_sizes: Sequence[int] = (),
+             answer_class_hidden_sizes: Sequence[int] = (), **_) -> HeadSize:
+        """The layers ``_make_layers`` makes: the start MLP (Dense + LayerNorm per hidden size) and logit, the
+        end MLP over [H ; H_start] and logit, the answer-class MLP over [start feature ; CLS] and its logit (no
+        bias). Kept per position: H and each MLP layer's dense output and LayerNorm (float32 statistics)."""
+        d = d_model or config.d_model
+        start = tuple(int(h) for h in hidden_sizes)
+        end = start or (d,)
+
+        def mlp(width, sizes, layer_norm):
+            n = 0
+            for h in sizes:
+                n, width = n + dense_params(width, h) + (2 * h if layer_norm else 0), h
+            return n, width
+
+        n_start, w_start = mlp(d, start, True)
+        n_end, w_end = mlp(2 * d, end, True)
+        n_ans, w_ans = mlp(2 * d, tuple(int(h) for h in answer_class_hidden_sizes) or (d,), False)
+        params = (n_start + dense_params(w_start, 1) + n_end + dense_params(w_end, 1) + n_ans
+                  + dense_params(w_ans, 1, bias=False))
+        kept = sum(start) + sum(end)
+        return HeadSize("squad", params, per_token=d + 2 * kept, per_token_float32=2 * kept)
 
     # ------------------------------------------------------------------ layers
     def _dense(self, units, name, activation=None, use_bias=True):

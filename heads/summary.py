@@ -24,6 +24,7 @@ import tensorflow as tf
 from xlnet_tf.heads import DEFAULT_SUMMARY, SUMMARY_TYPES
 from xlnet_tf.head import hf_linear
 from xlnet_tf.masks import mask_logits
+from xlnet_tf.ram import dense_params
 
 ORIGINAL_SCOPE = "model/sequnece_summary"  # the original's spelling
 # Why HuggingFace's XLNetSequenceSummary cannot compute a summary type of ours (None: it can).
@@ -55,6 +56,15 @@ class SequenceSummary(keras.layers.Layer):
             self.out_drop = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
             self.layer_norm = keras.layers.LayerNormalization(epsilon=layer_norm_eps, name="LayerNorm",
                                                               dtype=self.dtype_policy)
+
+    @staticmethod
+    def param_count(d_model: int, summary_type: str = DEFAULT_SUMMARY, use_proj: bool = True,
+                    n_head: Optional[int] = None, d_head: Optional[int] = None) -> int:
+        """Weights of ``SequenceSummary(d_model, ...)`` on inputs of width d_model (for its heads' ``size``)."""
+        n = dense_params(d_model, d_model) if use_proj else 0            # summary/{kernel,bias}
+        if summary_type == "attn":                                         # summary_bias, q k v o, LayerNorm
+            n += d_model + 4 * d_model * n_head * d_head + 2 * d_model
+        return n
 
     def build(self, input_shape):
         d_in = input_shape[-1]

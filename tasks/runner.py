@@ -108,9 +108,19 @@ class TaskSpec:
         self.options = options
         check_long_doc(self.name, options.config, options.max_segments, self.pair)
 
+    def head_parts(self):
+        """(the head's class, its arguments): what ``head`` makes and ``head_size`` describes."""
+        raise NotImplementedError
+
     def head(self):
         """A fresh head (``xlnet_tf.head.Head``)."""
-        raise NotImplementedError
+        cls, args = self.head_parts()
+        return cls(**args)
+
+    def head_size(self):
+        """The head's own description for the RAM estimate (``xlnet_tf.ram.HeadSize``), without making it."""
+        cls, args = self.head_parts()
+        return cls.size(self.options.config, **args)
 
     def feature_spec(self) -> Dict:
         raise NotImplementedError

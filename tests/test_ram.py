@@ -17,8 +17,8 @@ import pytest
 
 from xlnet_tf import ram
 from xlnet_tf.config import XLNetConfig
-from xlnet_tf.ram import (backbone_param_counts, block_activations, block_param_count, estimate,
-                             head_param_count, main, trainable_param_counts)
+from xlnet_tf.ram import (HeadSize, backbone_param_counts, block_activations, block_param_count, cli_head, estimate,
+                          main, trainable_param_counts)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -78,11 +78,15 @@ def _task_model(cfg, head):
 @pytest.mark.slow
 @pytest.mark.parametrize("hidden", [(), (48, 32)])
 def test_classification_head_count(hidden):
+    """The head's self-description (``ClassificationHead.size``) and the CLI's --head=classification give the
+    built head's weights."""
     from xlnet_tf.heads.classification import ClassificationHead
 
     cfg = XLNetConfig.preset("tiny")
     model = _task_model(cfg, ClassificationHead(cfg.d_model, 3, hidden_sizes=hidden))
-    assert _count(model.head.trainable_weights) == head_param_count(cfg, "classification", 3, hidden)
+    own = ClassificationHead.size(cfg, d_model=cfg.d_model, num_labels=3, hidden_sizes=hidden)
+    assert _count(model.head.trainable_weights) == model.head.count_params() == own.params
+    assert _count(model.head.trainable_weights) == cli_head("classification", cfg, 3, hidden).params
 
 
 @pytest.mark.parametrize("hidden,answer", [((), ()), ((48, 40), (24,))])
@@ -92,8 +96,91 @@ def test_squad_head_count(hidden, answer):
 
     cfg = XLNetConfig.preset("tiny")
     model = _task_model(cfg, SquadHead(cfg.d_model, hidden_sizes=hidden, answer_class_hidden_sizes=answer))
-    assert _count(model.head.trainable_weights) == head_param_count(cfg, "squad", hidden_sizes=hidden,
-                                                                    answer_class_hidden_sizes=answer)
+    own = SquadHead.size(cfg, d_model=cfg.d_model, hidden_sizes=hidden, answer_class_hidden_sizes=answer)
+    assert _count(model.head.trainable_weights) == model.head.count_params() == own.params
+    assert _count(model.head.trainable_weights) == cli_head("squad", cfg, hidden_sizes=hidden,
+                                                            answer_class_hidden_sizes=answer).params
+
+
+@pytest.mark.parametrize("summary_type", ["last", "attn"])
+def test_every_head_describes_its_own_weights(summary_type):
+    """Each head's ``size`` (what a run hands the estimator) equals its built Keras layer's ``count_params()``."""
+    import tensorflow as tf
+
+    from xlnet_tf.heads.classification import ClassificationHead
+    from xlnet_tf.heads.features import FeatureHead
+    from xlnet_tf.heads.multiple_choice import MultipleChoiceHead
+
+    cfg = XLNetConfig.preset("tiny")
+    h = {"sequence_output": tf.zeros([4, 8, cfg.d_model]),
+         "hidden_states": [tf.zeros([4, 8, cfg.d_model])] * (cfg.n_layer + 1)}
+    f = {"padding_mask": tf.ones([4, 8], tf.int32)}
+    heads = [(ClassificationHead, dict(d_model=cfg.d_model, num_labels=5, summary_type=summary_type, n_head=2,
+                                       d_head=8, hidden_sizes=(12,))),
+             (ClassificationHead, dict(d_model=cfg.d_model, num_labels=3, regression=True)),
+             (MultipleChoiceHead, dict(d_model=cfg.d_model, summary_type=summary_type, n_head=2, d_head=8)),
+             (FeatureHead, dict(n_layer=cfg.n_layer, layers=(0, -1)))]
+    for cls, args in heads:
+        head = cls(**args)
+        head(h, f, training=False)
+        assert head.count_params() == cls.size(cfg, **args).params, (cls.__name__, args)
+
+
+def test_cli_heads_are_the_heads_own_descriptions():
+    """The CLI's --head names are shorthands for what the heads say of themselves (weights and activations)."""
+    from xlnet_tf.heads.classification import ClassificationHead
+    from xlnet_tf.heads.squad import SquadHead
+
+    cfg = XLNetConfig.base()
+    for labels, hidden in ((2, ()), (3, (512, 384))):
+        assert cli_head("classification", cfg, labels, hidden) == ClassificationHead.size(
+            cfg, d_model=cfg.d_model, num_labels=labels, hidden_sizes=hidden)
+    for hidden, answer in (((), ()), ((512, 384), (256,))):
+        assert cli_head("squad", cfg, hidden_sizes=hidden, answer_class_hidden_sizes=answer) == SquadHead.size(
+            cfg, d_model=cfg.d_model, hidden_sizes=hidden, answer_class_hidden_sizes=answer)
+    assert cli_head("none", cfg) == ram.NO_HEAD
+
+
+def test_a_new_head_is_estimated_without_editing_ram(monkeypatch):
+    """A head defined here, unknown to xlnet_tf/ram.py, describes itself; the estimate and the runs' memory
+    check (``run_common.check_memory``) count it from that description alone."""
+    import keras
+    import tensorflow as tf
+
+    import run_common
+    from xlnet_tf.head import Head
+
+    class TwoTowerHead(Head):
+        def __init__(self, d_model, width, **kwargs):
+            super().__init__(**kwargs)
+            self.tower, self.out = keras.layers.Dense(width, activation="tanh"), keras.layers.Dense(1)
+
+        @classmethod
+        def size(cls, config, d_model=None, width=8, **_):
+            d = d_model or config.d_model
+            return HeadSize("two_towers", ram.dense_params(d, width) + ram.dense_params(width, 1),
+                            per_token=2 * width, per_row_float32=3)
+
+        def call(self, backbone_outputs, features=None, training=None):
+            return {"score": self.out(self.tower(backbone_outputs["sequence_output"]))[:, :, 0]}
+
+    cfg = XLNetConfig.base()
+    head = TwoTowerHead(cfg.d_model, 40)
+    head({"sequence_output": tf.zeros([1, 4, cfg.d_model])})
+    desc = TwoTowerHead.size(cfg, d_model=cfg.d_model, width=40)
+    assert desc.params == head.count_params()
+    e, bare = estimate(cfg, 512, 4, head=desc), estimate(cfg, 512, 4)
+    assert e["head"] == "two_towers" and e["head_param_count"] == desc.params
+    assert e["activations_head"] == 4 * (512 * 2 * 40 * 4 + 3 * 4) and bare["activations_head"] == 0
+    assert e["gradients"] - bare["gradients"] == 4 * desc.params
+    assert e["optimizer_state"] - bare["optimizer_state"] == 2 * 4 * desc.params
+    F = type("Flags", (), dict(check_memory=True, max_seq_length=512, train_batch_size=4, precision="float32",
+                               recompute=False, num_trainable_layers=-1, grad_accum_steps=1))
+    monkeypatch.setattr(ram, "machine_memory", lambda: e["total"])
+    run_common.check_memory(F, cfg, True, desc)                      # fits exactly
+    monkeypatch.setattr(ram, "machine_memory", lambda: e["total"] - 1)
+    with pytest.raises(ValueError, match="estimated to need"):
+        run_common.check_memory(F, cfg, True, desc)
 
 
 @pytest.mark.slow
@@ -105,9 +192,10 @@ def test_trainable_subset_equals_trainer_selection(ntl):
     cfg = XLNetConfig.preset("tiny")
     model = _task_model(cfg, ClassificationHead(cfg.d_model, 2))
     selected = optimization.select_trainable(model, ntl)
-    hp = head_param_count(cfg, "classification", 2)
+    head = ClassificationHead.size(cfg, d_model=cfg.d_model, num_labels=2)
+    hp = head.params
     assert _count(selected) == trainable_param_counts(cfg, ntl, hp)["total"]
-    e = estimate(cfg, 16, 2, num_trainable_layers=ntl)
+    e = estimate(cfg, 16, 2, num_trainable_layers=ntl, head=head)
     assert e["trainable_param_count"] == _count(selected)
     assert e["optimizer_state"] == 2 * 4 * _count(selected)            # Adam m and v, float32
     assert estimate(cfg, 16, 2, num_trainable_layers=ntl, optimizer="sgd")["optimizer_state"] == 0
@@ -115,12 +203,13 @@ def test_trainable_subset_equals_trainer_selection(ntl):
 
 def test_frozen_layers_arithmetic():
     cfg = XLNetConfig.base()
-    full = estimate(cfg, 512, 1)
-    two = estimate(cfg, 512, 1, num_trainable_layers=2)
-    none = estimate(cfg, 512, 1, num_trainable_layers=0)
+    cls = cli_head("classification", cfg)
+    full = estimate(cfg, 512, 1, head=cls)
+    two = estimate(cfg, 512, 1, num_trainable_layers=2, head=cls)
+    none = estimate(cfg, 512, 1, num_trainable_layers=0, head=cls)
     assert two["trainable_blocks"] == 2 and none["trainable_blocks"] == 0
     # gradients: 2 blocks + classification head + lm_bias (head-level), no embedding gradient
-    hp = head_param_count(cfg, "classification", 2)
+    hp = cls.params
     assert two["gradients"] == 4 * (2 * block_param_count(cfg) + hp + cfg.n_token)
     assert none["gradients"] == 4 * (hp + cfg.n_token)
     assert two["activations"] < full["activations"] / 4
@@ -129,7 +218,7 @@ def test_frozen_layers_arithmetic():
     # with XLA's up-front dropout draws, the frozen forward holds every block's draws at the first block
     assert two["peak_phase"] == "forward, first block"
     assert two["phases"]["forward, first block"] >= cfg.n_layer * two["dropout_draws_per_block"]
-    assert estimate(cfg, 512, 1, num_trainable_layers=2, rng_hoisting=False)["total"] < two["total"]
+    assert estimate(cfg, 512, 1, num_trainable_layers=2, rng_hoisting=False, head=cls)["total"] < two["total"]
 
 
 # --------------------------------------------------------------------------- activations and levers
@@ -276,8 +365,10 @@ def test_fused_attention_keeps_fewer_score_tensors(monkeypatch, tmp_path):
     # no score-sized temporaries: the gradient op's outputs (dq, dk, dv, dkr) and three [b, q, d] gradients
     assert fused["workspace_items"]["forward"] == 0 and fused["workspace_items"]["backward_attention"] == 7 * bqd * 4
     assert fused["step_peak"] < plain["step_peak"] and fused["fused_attention"]
+    from xlnet_tf.accel import kernels  # the rule's one home is xlnet_tf.accel (kernel_refusal)
+
     lib = tmp_path / "_rel_attention.so"
-    monkeypatch.setattr(ram, "KERNEL_LIBRARY", str(lib))
+    monkeypatch.setattr(kernels, "LIBRARY", str(lib))
     assert not ram.fused_attention_applies(cfg, "float32", jit=False, cpu=True)   # not built
     lib.write_bytes(b"")
     assert ram.fused_attention_applies(cfg, "float32", jit=False, cpu=True)

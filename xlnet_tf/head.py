@@ -10,6 +10,8 @@ A head is a Keras layer called on the backbone's outputs and the batch's feature
     head.huggingface_config()           -> transformers' config fields of the same head (its class under
                                            "architectures"), or a ValueError naming what HF lacks
     head.huggingface_tensors()          -> {HF key: array} of the head's weights
+    HeadClass.size(config, **args)      -> xlnet_tf.ram.HeadSize: the weights and kept activations of the head
+                                           ``HeadClass(**args)`` would build, for the RAM estimate (no layer made)
 
 ``backbone_outputs`` is the dict XLNetModel returns (``sequence_output`` [batch, seq, d_model], ...).
 Losses are computed in float32 whatever the compute dtype.
@@ -23,12 +25,22 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from xlnet_tf.ram import HeadSize
+
 
 class Head(keras.layers.Layer):
     """Base class; subclasses implement ``call`` and ``loss``."""
 
     def loss(self, features: Dict[str, tf.Tensor], outputs: Dict[str, tf.Tensor]) -> tf.Tensor:
         raise NotImplementedError
+
+    @classmethod
+    def size(cls, config, **args) -> HeadSize:
+        """What ``cls(**args)`` adds to a step of ``config``'s backbone, for ``xlnet_tf.ram.estimate``: its trainable
+        weights and the activations it keeps (``HeadSize``). A class method, so a run describes its head before
+        making one (a Keras layer made only to be measured would take layer names and seeds)."""
+        raise NotImplementedError(f"{cls.__name__}.size: describe the head's weights and activations "
+                                  f"(xlnet_tf.ram.HeadSize)")
 
     def predictions(self, outputs: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
         return dict(outputs)

@@ -5,9 +5,12 @@ Transformer-XL memory, ``mems``).
     python -m xlnet_tf.ram --config=large --seq_len=512 --batch=1 --precision=mixed_bfloat16 --recompute
     python -m xlnet_tf.ram --config=base --seq_len=512 --batch=8 --num_trainable_layers=4 --grad_accum_steps=4
 
-``estimate(config, seq_len, batch, precision, recompute, num_trainable_layers, ...) -> dict`` is the function
-behind the CLI, ``run_common.check_memory`` and ``benchmarks/memory_levers.py`` (which checks it against the
-allocator's measured peak). It imports no TensorFlow. Sizes are bytes; 1 MiB = 2**20 bytes.
+``estimate(config, seq_len, batch, precision, recompute, num_trainable_layers, ..., head=HeadSize) -> dict`` is
+the function behind the CLI, ``run_common.check_memory`` and ``benchmarks/memory_levers.py`` (which checks it
+against the allocator's measured peak). It imports no TensorFlow (the CLI's ``--fused_attention=auto`` asks
+``xlnet_tf.accel``'s kernel rule, which does) and knows no head: a run hands it its head's own description
+(``HeadSize``, from the head class's ``size``; the CLI's ``--head`` names are its own shorthands, ``cli_head``).
+Sizes are bytes; 1 MiB = 2**20 bytes.
 
 What it counts, the step's timeline and what XLA does on top (its calibration against the allocator's peak:
 PERFORMANCE.md, "The RAM estimator's calibration"):
@@ -66,6 +69,7 @@ the CPU default), which keeps more intermediates. What XLA does on top, found in
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -76,7 +80,6 @@ from xlnet_tf.config import XLNetConfig
 from xlnet_tf.hardware import PRECISIONS, validate_precision
 
 OPTIMIZER_SLOTS = {"adamw": 2, "adam": 2, "momentum": 1, "sgd": 0}
-HEADS = ("classification", "squad", "none")
 MiB = float(2 ** 20)
 # Measured on the reference machine (benchmarks/results/memory_levers.md): RSS of a process that has imported
 # TensorFlow and run one op, plus what compiling and running the XLA step adds beyond the tensors the allocator
@@ -110,46 +113,34 @@ def backbone_param_counts(c: XLNetConfig) -> Dict[str, int]:
     return groups
 
 
-def _dense(n_in: int, n_out: int, bias: bool = True) -> int:
+def dense_params(n_in: int, n_out: int, bias: bool = True) -> int:
+    """Weights of a Dense layer (for a head's ``size``)."""
     return n_in * n_out + (n_out if bias else 0)
 
 
-def head_param_count(c: XLNetConfig, head: str = "classification", num_labels: int = 2,
-                     hidden_sizes: Sequence[int] = (), answer_class_hidden_sizes: Sequence[int] = (),
-                     summary_type: str = "last") -> int:
-    """Trainable weights of heads/classification.py or heads/squad.py as they build."""
-    d = c.d_model
-    hidden_sizes = tuple(int(h) for h in hidden_sizes)
-    if head == "none":
-        return 0
-    if head == "classification":
-        n = _dense(d, d)                                     # sequence_summary/summary (tanh projection)
-        if summary_type == "attn":
-            n += d + 4 * d * c.n_head * c.d_head + 2 * d     # summary_bias, q k v o, LayerNorm
-        width = d
-        for h in hidden_sizes:
-            n += _dense(width, h)
-            width = h
-        return n + _dense(width, num_labels)
-    if head == "squad":
-        ans_sizes = tuple(int(h) for h in answer_class_hidden_sizes) or (d,)
-        n, width = 0, d
-        if hidden_sizes:
-            for h in hidden_sizes:                           # start MLP: Dense + LayerNorm per size
-                n += _dense(width, h) + 2 * h
-                width = h
-        n += _dense(width, 1)                                # start logit
-        width = 2 * d
-        for h in (hidden_sizes or (d,)):                     # end MLP over [H ; H_start]
-            n += _dense(width, h) + 2 * h
-            width = h
-        n += _dense(width, 1)                                # end logit
-        width = 2 * d
-        for h in ans_sizes:                                  # answer-class MLP over [start feature ; CLS]
-            n += _dense(width, h)
-            width = h
-        return n + _dense(width, 1, bias=False)
-    raise ValueError(f"head: expected one of {HEADS}, got {head!r}")
+@dataclasses.dataclass(frozen=True)
+class HeadSize:
+    """What a task head adds to a step, as the head describes itself (``Head.size(config, **its arguments)``,
+    ``xlnet_tf/head.py``): ``estimate`` knows no head by name, so a new head needs no edit here. ``params``: its
+    trainable weights; the activations it keeps for the backward pass, per sequence (row) in elements:
+    ``per_token`` / ``per_token_float32`` for each of its L positions (in the compute dtype / in float32) and
+    ``per_row`` / ``per_row_float32`` once. ``name`` is printed."""
+    name: str
+    params: int = 0
+    per_token: int = 0
+    per_token_float32: int = 0
+    per_row: int = 0
+    per_row_float32: int = 0
+
+    def activations(self, seq_len: int, rows: int, compute_bytes: int) -> int:
+        """Bytes kept for ``rows`` sequences of ``seq_len`` positions (``compute_bytes`` per compute-dtype
+        element)."""
+        per_row = (seq_len * (self.per_token * compute_bytes + self.per_token_float32 * 4)
+                   + self.per_row * compute_bytes + self.per_row_float32 * 4)
+        return rows * per_row
+
+
+NO_HEAD = HeadSize("none")  # the backbone alone (generation; pretraining's LM head is the backbone's embedding)
 
 
 def trainable_param_counts(c: XLNetConfig, num_trainable_layers: Optional[int], head_params: int) -> Dict[str, int]:
@@ -238,24 +229,6 @@ def block_activations(c: XLNetConfig, seq_len: int, batch: int, precision: str, 
     return items
 
 
-def head_activations(c: XLNetConfig, seq_len: int, batch: int, precision: str, head: str,
-                     hidden_sizes: Sequence[int] = ()) -> int:
-    a = _bytes_per(precision)
-    bq = batch * seq_len
-    if head == "squad":  # start logits over H; end MLP over [H ; H_start]: dense out, tanh, LayerNorm (float32)
-        widths = tuple(hidden_sizes) or (c.d_model,)
-        n = bq * c.d_model * a                               # H (dropped sequence output), operand of every dense
-        for w in widths:
-            n += bq * w * (2 * a + 2 * 4)
-        if hidden_sizes:
-            for w in hidden_sizes:
-                n += bq * w * (2 * a + 2 * 4)
-        return n
-    if head == "classification":
-        return batch * c.d_model * 4 * 8
-    return 0
-
-
 def workspace(c: XLNetConfig, seq_len: int, batch: int, precision: str, jit: bool = True,
               cpu: bool = False, fused_attention: bool = False) -> Dict[str, int]:
     """Temporaries never kept: the largest transient of a block's forward and of its backward. With
@@ -283,29 +256,26 @@ def workspace(c: XLNetConfig, seq_len: int, batch: int, precision: str, jit: boo
 
 
 # ====================================================================== the estimate
-KERNEL_LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "accel", "kernels", "_rel_attention.so")
-
-
 def fused_attention_applies(c: XLNetConfig, precision: str, jit: bool, cpu: bool) -> bool:
-    """Whether a training step would run the compiled attention kernels (``accelerate`` with ``kernels``): a CPU
-    host, graph mode (the trainer's --jit=update or false), float32, no bi_data, d_head a multiple of 16 and
-    a built library (its stamp is checked only when TensorFlow loads it: an outdated build falls back to the
-    TensorFlow ops, which keep more), and one set of positional encodings for the batch (no dropout on them, or
-    ``pos_dropout="shared"``)."""
-    one_pos_set = c.pos_dropout == "shared" or c.dropout <= 0
-    return ("kernels" in c.accelerations and cpu and not jit and precision == "float32" and not c.bi_data
-            and c.d_head % 16 == 0 and one_pos_set and os.path.exists(KERNEL_LIBRARY))
+    """Whether a training step would run the compiled attention kernels: the rule of ``xlnet_tf.accel``
+    (``kernel_refusal``, which imports TensorFlow) for a training step of ``c`` on this host's build of the
+    library (``cpu``: no GPU/TPU; ``jit``: whole-step XLA). The library's stamp is checked only when
+    TensorFlow loads it: an outdated build falls back to the TensorFlow ops, which keep more."""
+    from xlnet_tf import accel
+
+    per_example = c.pos_dropout == "per_example" and c.dropout > 0   # a training step's positional dropout
+    return accel.kernel_refusal(c, validate_precision(precision).replace("mixed_", ""), per_example, xla=jit,
+                                accelerator=not cpu, library=accel.library_present) is None
 
 
 def estimate(config: Union[XLNetConfig, str, dict], seq_len: int, batch: int, precision: str = "float32",
              recompute: bool = False, num_trainable_layers: Optional[int] = None, grad_accum_steps: int = 1,
-             optimizer: str = "adamw", head: str = "classification", num_labels: int = 2,
-             head_hidden_sizes: Sequence[int] = (), answer_class_hidden_sizes: Sequence[int] = (),
-             jit: bool = True, segments: bool = True, rng_hoisting: Optional[bool] = None,
-             cpu: bool = False, fused_attention: bool = False) -> Dict:
+             optimizer: str = "adamw", head: HeadSize = NO_HEAD, jit: bool = True, segments: bool = True,
+             rng_hoisting: Optional[bool] = None, cpu: bool = False, fused_attention: bool = False) -> Dict:
     """Estimated training memory of one replica. ``batch`` = examples per optimizer update (per replica);
     each of the ``grad_accum_steps`` micro-batches holds ``ceil(batch / grad_accum_steps)``. Returns a dict of
     bytes (the model: this module's docstring); ``total`` = parameters + optimizer state + step peak.
+    ``head``: the task head's own description (``HeadSize``; default: the backbone alone).
     ``fused_attention``: the step runs the compiled attention kernels (see ``fused_attention_applies``)."""
     c = _as_config(config)
     if optimizer not in OPTIMIZER_SLOTS:
@@ -317,7 +287,7 @@ def estimate(config: Union[XLNetConfig, str, dict], seq_len: int, batch: int, pr
     micro = int(math.ceil(batch / grad_accum_steps))
     a = _bytes_per(precision)
     bb = backbone_param_counts(c)
-    hp = head_param_count(c, head, num_labels, head_hidden_sizes, answer_class_hidden_sizes)
+    hp = head.params
     tp = trainable_param_counts(c, num_trainable_layers, hp)
     n_params = bb["total"] + hp
     param_bytes = 4 * (n_params - bb["dropout_seed"]) + 8 * bb["dropout_seed"]
@@ -360,7 +330,7 @@ def estimate(config: Union[XLNetConfig, str, dict], seq_len: int, batch: int, pr
         if tp["embeddings"] and c.dropout > 0:
             shared += bqd * mask_b                           # embedding dropout draws
         shared += bqd * mask_b                               # dropout on the sequence output (head input)
-    head_act = head_activations(c, seq_len, micro, precision, head, head_hidden_sizes)
+    head_act = head.activations(seq_len, micro, a)
     kept_per_block = bqd * a_act if recompute else a_block   # recompute: only the block input is kept
     if recompute and hoist:
         kept_per_block += draws      # drawn at the step's start, alive until the block's recomputation uses them
@@ -404,7 +374,7 @@ def estimate(config: Union[XLNetConfig, str, dict], seq_len: int, batch: int, pr
     return {
         "config": c.to_original_dict(), "seq_len": seq_len, "batch": batch, "micro_batch": micro,
         "grad_accum_steps": grad_accum_steps, "precision": precision, "recompute": bool(recompute),
-        "num_trainable_layers": num_trainable_layers, "optimizer": optimizer, "head": head, "jit": bool(jit),
+        "num_trainable_layers": num_trainable_layers, "optimizer": optimizer, "head": head.name, "jit": bool(jit),
         "cpu": bool(cpu), "fused_attention": bool(fused_attention),
         "param_count": n_params, "trainable_param_count": tp["total"], "trainable_blocks": n_tr,
         "param_groups": bb, "head_param_count": hp, "rng_hoisting": hoist, "dropout_draws_per_block": draws,
@@ -441,7 +411,7 @@ def generation_estimate(config: Union[XLNetConfig, str, dict], batch: int, promp
     step = 2 * batch * klen * per_position + 2 * klen * per_position + 3 * batch * 3 * klen * c.n_head * 4
     ids = 2 * batch * max_new_tokens * 4                     # the new ids, and the next step's copy
     params = 4 * backbone_param_counts(c)["total"]
-    prompt = estimate(c, prompt_length + 1, batch, precision, num_trainable_layers=0, head="none")["total"]
+    prompt = estimate(c, prompt_length + 1, batch, precision, num_trainable_layers=0)["total"]
     loop = params + 2 * memory + step
     return {"positions": positions, "memory": memory, "prompt": prompt, "loop": loop, "ids": ids,
             "total": max(prompt, loop) + ids}
@@ -518,6 +488,40 @@ def format_table(e: Dict) -> str:
     return "\n".join(lines)
 
 
+# The command line's --head names. The library knows no head (``estimate`` takes the run's own ``HeadSize``,
+# heads/*.py's ``size``); this CLI keeps shorthands for the heads it has always offered, as those heads describe
+# themselves at their default options (tests/test_ram.py holds each equal to its head's ``size``).
+CLI_HEADS = ("classification", "squad", "none")
+
+
+def cli_head(name: str, c: XLNetConfig, num_labels: int = 2, hidden_sizes: Sequence[int] = (),
+             answer_class_hidden_sizes: Sequence[int] = ()) -> HeadSize:
+    """--head NAME's description: "classification" (heads/classification.py, summary "last"), "squad"
+    (heads/squad.py) or "none"."""
+    d, hidden = c.d_model, tuple(hidden_sizes)
+    if name == "none":
+        return NO_HEAD
+    if name == "classification":
+        n, width = dense_params(d, d), d                     # summary projection, MLP, logits
+        for h in hidden:
+            n, width = n + dense_params(width, h), h
+        return HeadSize(name, n + dense_params(width, num_labels), per_row_float32=8 * d)
+    if name == "squad":
+        n, width = 0, d
+        for h in hidden:                                     # start MLP: Dense + LayerNorm per size
+            n, width = n + dense_params(width, h) + 2 * h, h
+        n, width = n + dense_params(width, 1), 2 * d         # start logit; end MLP over [H ; H_start]
+        for h in hidden or (d,):
+            n, width = n + dense_params(width, h) + 2 * h, h
+        n, width = n + dense_params(width, 1), 2 * d         # end logit; answer class over [start feature ; CLS]
+        for h in tuple(answer_class_hidden_sizes) or (d,):
+            n, width = n + dense_params(width, h), h
+        kept = sum(hidden or (d,)) + sum(hidden)             # dense outputs and LayerNorms of the end / start MLPs
+        return HeadSize(name, n + dense_params(width, 1, bias=False), per_token=d + 2 * kept,
+                        per_token_float32=2 * kept)
+    raise ValueError(f"head: expected one of {CLI_HEADS}, got {name!r}")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m xlnet_tf.ram", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -529,7 +533,8 @@ def main(argv=None) -> int:
     p.add_argument("--num_trainable_layers", type=int, default=-1, help="train only the top N blocks (-1: all)")
     p.add_argument("--grad_accum_steps", type=int, default=1)
     p.add_argument("--optimizer", default="adamw", choices=sorted(OPTIMIZER_SLOTS))
-    p.add_argument("--head", default="classification", choices=HEADS)
+    p.add_argument("--head", default="classification", choices=CLI_HEADS,
+                   help="a run hands xlnet_tf.ram.estimate its own head's description (HeadSize)")
     p.add_argument("--num_labels", type=int, default=2)
     p.add_argument("--head_hidden_sizes", default="", help="comma list, e.g. 512,384")
     p.add_argument("--answer_class_hidden_sizes", default="", help="SQuAD head, comma list, e.g. 256")
@@ -549,11 +554,13 @@ def main(argv=None) -> int:
     sizes = lambda s: tuple(int(x) for x in s.split(",") if x.strip())  # noqa: E731
     try:
         jit, cpu = args.jit == "true", args.device == "cpu"
-        fused = (fused_attention_applies(_as_config(args.config), args.precision, jit, cpu)
+        c = _as_config(args.config)
+        fused = (fused_attention_applies(c, args.precision, jit, cpu)
                  if args.fused_attention == "auto" else args.fused_attention == "true")
-        e = estimate(args.config, args.seq_len, args.batch, args.precision, args.recompute,
-                     args.num_trainable_layers, args.grad_accum_steps, args.optimizer, args.head, args.num_labels,
-                     sizes(args.head_hidden_sizes), sizes(args.answer_class_hidden_sizes), jit=jit,
+        head = cli_head(args.head, c, args.num_labels, sizes(args.head_hidden_sizes),
+                        sizes(args.answer_class_hidden_sizes))
+        e = estimate(c, args.seq_len, args.batch, args.precision, args.recompute,
+                     args.num_trainable_layers, args.grad_accum_steps, args.optimizer, head, jit=jit,
                      rng_hoisting=None if args.rng_hoisting == "auto" else args.rng_hoisting == "true",
                      cpu=cpu, fused_attention=fused)
     except (ValueError, FileNotFoundError) as err:

@@ -30,12 +30,13 @@ class ClassifierRun(runner.TaskSpec):
         return cls_data.task_features(self.task, self.data_dir, split, o.tokenizer, o.max_seq_length, o.cache_dir,
                                       progress=o.progress, overwrite=o.overwrite_data, max_segments=o.max_segments)
 
-    def head(self):
+    def head_parts(self):
         from xlnet_tf.heads.classification import ClassificationHead  # TensorFlow: imported when the run needs it
 
         t, c = self.task, self.options.config
-        return ClassificationHead(c.d_model, 1 if t.regression else t.num_labels, regression=t.regression,
-                                  task_name=t.name, n_head=c.n_head, d_head=c.d_head, **self.options.head_options)
+        return ClassificationHead, dict(d_model=c.d_model, num_labels=1 if t.regression else t.num_labels,
+                                        regression=t.regression, task_name=t.name, n_head=c.n_head, d_head=c.d_head,
+                                        **self.options.head_options)
 
     def feature_spec(self):
         return cls_data.feature_spec(self.options.max_seq_length, self.task.regression, self.options.max_segments)

@@ -108,36 +108,42 @@ class PretrainSpec:
         return int(round(self.seq_len * self.mask_beta / self.mask_alpha))
 
 
+def check_dirs(model_dir: Optional[str], output_dir: str, record_dir: Optional[str] = None) -> str:
+    """The run's directories checked before any work (the saved backbone replaces ``output_dir``, so it must hold
+    neither of the others); returns the record directory (``model_dir/data`` by default)."""
+    if not model_dir:
+        raise ValueError("--model_dir is required (training checkpoints, TensorBoard, records by default)")
+    record_dir = record_dir or os.path.join(model_dir, "data")
+    out_dir = os.path.abspath(output_dir)
+    for p in (model_dir, record_dir):
+        ap = os.path.abspath(p)
+        if ap == out_dir or ap.startswith(out_dir + os.sep):
+            raise ValueError(f"--output_dir ({output_dir}) is replaced by the saved backbone: it must not "
+                             f"contain {p}")
+    return record_dir
+
+
 @dataclasses.dataclass
 class PretrainPlan:
-    """Where a run reads and writes. ``record_dir``: the training records (written there from ``train_paths``,
-    or read from there when ``train_paths`` is empty)."""
-    model_dir: str
+    """Where a run reads and writes, and how it trains: ``train`` the loop's ``TrainConfig`` (steps,
+    micro-batches, log interval, seed, progress, the schedule; its ``model_dir`` the checkpoints and TensorBoard).
+    ``record_dir``: the training records (written there from ``train_paths``, or read from there when
+    ``train_paths`` is empty; default ``model_dir/data``). Checked when made (``check_dirs``)."""
+    train: TrainConfig
     output_dir: str
     record_dir: Optional[str] = None
     train_paths: Sequence[str] = ()
     heldout_paths: Sequence[str] = ()
     train_batch_size: int = Plan.train_batch_size
-    grad_accum_steps: int = TrainConfig.grad_accum_steps
-    train_steps: int = TrainConfig.train_steps
-    log_steps: int = TrainConfig.log_steps
     init_checkpoint: Optional[str] = None
-    seed: int = TrainConfig.seed
-    progress: bool = TrainConfig.progress
     fail_if_unhealthy: bool = False
 
     def __post_init__(self):
-        self.record_dir = self.record_dir or os.path.join(self.model_dir, "data")
+        self.record_dir = check_dirs(self.train.model_dir, self.output_dir, self.record_dir)
 
-    def check(self) -> None:
-        if not self.model_dir:
-            raise ValueError("--model_dir is required (training checkpoints, TensorBoard, records by default)")
-        out_dir = os.path.abspath(self.output_dir)
-        for p in (self.model_dir, self.record_dir):
-            ap = os.path.abspath(p)
-            if ap == out_dir or ap.startswith(out_dir + os.sep):
-                raise ValueError(f"--output_dir ({self.output_dir}) is replaced by the saved backbone: it must not "
-                                 f"contain {p}")
+    @property
+    def model_dir(self) -> str:
+        return self.train.model_dir
 
     def make_dirs(self) -> None:
         os.makedirs(self.model_dir, exist_ok=True)
@@ -217,7 +223,7 @@ def training_records(spec: PretrainSpec, plan: PretrainPlan, tokenizer, layout: 
         files = records.create_pretrain_tfrecords(plan.train_paths, prefix, tokenizer, spec.seq_len, spec.reuse_len,
                                             layout.num_streams, bi_data=spec.bi_data, num_groups=layout.replicas,
                                             use_eod=spec.use_eod, use_eop=spec.use_eop, seed=spec.data_seed,
-                                            progress=plan.progress)
+                                            progress=plan.train.progress)
     else:
         files = records.pretrain_files(prefix)
     with open(prefix + ".index.json", encoding="utf-8") as f:
@@ -241,7 +247,7 @@ def heldout_records(spec: PretrainSpec, plan: PretrainPlan, tokenizer, n_token: 
     files = records.create_pretrain_tfrecords(
         plan.heldout_paths, os.path.join(plan.record_dir, "heldout"), tokenizer, spec.seq_len, spec.reuse_len,
         spec.heldout_batch_size, bi_data=spec.bi_data, num_groups=1, use_eod=spec.use_eod, use_eop=spec.use_eop,
-        seed=spec.heldout_seed, progress=plan.progress)
+        seed=spec.heldout_seed, progress=plan.train.progress)
     uni_logp = None
     if plan.train_paths:
         stream = records.encode_corpus(plan.train_paths, tokenizer, use_eod=spec.use_eod, use_eop=spec.use_eop,
@@ -265,29 +271,31 @@ def loss_summary(history: Sequence, window: int) -> Dict:
             "train_loss_best_step": int(history[best + w - 1][0]), "train_loss_window": w}
 
 
-def run(spec: PretrainSpec, plan: PretrainPlan, config, tokenizer, spiece: str, train_config, strategy) -> Dict:
-    """Pretrains; returns the summary (``step``, ``heldout_loss_start`` / ``_end``, ``unigram_loss``)."""
+def run(spec: PretrainSpec, plan: PretrainPlan, config, tokenizer, spiece: str, strategy) -> Dict:
+    """Pretrains by ``plan`` (its ``train``: the loop's ``TrainConfig``); returns the summary (``step``,
+    ``heldout_loss_start`` / ``_end``, ``unigram_loss``)."""
     import numpy as np
     import tensorflow as tf
 
     from xlnet_tf.pretrain_model import PretrainModel, evaluate_plm
     from xlnet_tf.training import Trainer, write_scalar
 
-    layout = BatchLayout.of(strategy, plan.train_batch_size, plan.grad_accum_steps, spec.bi_data)
+    train_config = plan.train
+    layout = BatchLayout.of(strategy, plan.train_batch_size, train_config.grad_accum_steps, spec.bi_data)
     sampler = spec.sampler(tokenizer)
     files, index = training_records(spec, plan, tokenizer, layout)
     log.info("model: %s", config.to_dict())
     heldout_files, uni_logp = heldout_records(spec, plan, tokenizer, config.n_token)
 
     def model_fn():
-        model = PretrainModel(config, layout.per_replica, seed=plan.seed, objective=spec.objective)
+        model = PretrainModel(config, layout.per_replica, seed=train_config.seed, objective=spec.objective)
         if plan.init_checkpoint:
             checkpoint.load_backbone_weights(model.backbone, plan.init_checkpoint)
             log.info("initialised the backbone from %s", plan.init_checkpoint)
         return model
 
     dataset_fn = sampling.make_train_dataset_fn(files, spec.seq_len, spec.reuse_len, layout.per_replica,
-                                       plan.grad_accum_steps, seed=spec.data_seed, **sampler)
+                                       train_config.grad_accum_steps, seed=spec.data_seed, **sampler)
     trainer = Trainer(model_fn, dataset_fn, train_config, strategy)
     if trainer.restored_from:
         log.info("resumed from %s", trainer.restored_from)
@@ -340,7 +348,7 @@ def run(spec: PretrainSpec, plan: PretrainPlan, config, tokenizer, spiece: str, 
             "replicas": layout.replicas, "train_tokens": index["num_tokens"], "heldout": heldout_log,
             "train_history": history, "backbone_dir": out_dir if done else None,
         }
-        out.update(loss_summary(history, plan.log_steps))
+        out.update(loss_summary(history, train_config.log_steps))
         if heldout_log:
             best = min(heldout_log, key=lambda h: h["loss"])
             out["heldout_loss_start"] = heldout_log[0]["loss"]
@@ -348,7 +356,7 @@ def run(spec: PretrainSpec, plan: PretrainPlan, config, tokenizer, spiece: str, 
             out["heldout_loss_best"], out["heldout_loss_best_step"] = best["loss"], best["step"]
             if "unigram_loss" in heldout_log[-1]:
                 out["unigram_loss"] = heldout_log[-1]["unigram_loss"]
-        out["health"] = health.assess(None, health.loss_trend(history), {"train_steps": plan.train_steps,
+        out["health"] = health.assess(None, health.loss_trend(history), {"train_steps": train_config.train_steps,
                                       "warmup_steps": train_config.warmup_steps},
                                       eval_loss=heldout_log[-1]["loss"] if heldout_log else None)
         if is_chief:
@@ -358,10 +366,10 @@ def run(spec: PretrainSpec, plan: PretrainPlan, config, tokenizer, spiece: str, 
     step = int(trainer.step.numpy())
     if not heldout_log or heldout_log[-1]["step"] != step:
         evaluate(step)
-    every = spec.heldout_every if spec.heldout_every > 0 else plan.train_steps
-    log_steps = max(plan.log_steps, 1)
-    while step < plan.train_steps:
-        stop = min((step // every + 1) * every, plan.train_steps)
+    every = spec.heldout_every if spec.heldout_every > 0 else train_config.train_steps
+    log_steps = max(train_config.log_steps, 1)
+    while step < train_config.train_steps:
+        stop = min((step // every + 1) * every, train_config.train_steps)
         result = trainer.train(stop_at=stop)
         history.extend((int(s), float(l)) for s, l in result.history)
         if extra_writer:  # perplexity of the same windows the loop logs its loss over

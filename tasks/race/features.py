@@ -55,16 +55,19 @@ def qa_text(question: str, option: str) -> str:
     return question.replace("_", option) if "_" in question else question + " " + option
 
 
-def _check_lengths(max_seq_length: int, max_qa_length: int) -> None:
+def check_lengths(max_seq_length: int, max_qa_length: int, flags: bool = False) -> None:
+    """The RACE length rule, its one home (run_race.py's flags, these features and their in-graph twin in
+    ``serving.py`` check it here): ``<sep> qa <sep> <cls>`` must fit, so 1 <= max_qa_length <= max_seq_length - 3.
+    ``flags``: name them as the command line's flags."""
     if max_qa_length < 1 or max_seq_length - 3 < max_qa_length:
-        raise ValueError(f"need 1 <= max_qa_length <= max_seq_length - 3; got max_qa_length={max_qa_length}, "
-                         f"max_seq_length={max_seq_length}")
+        qa, seq = ("--max_qa_length", "--max_seq_length") if flags else ("max_qa_length", "max_seq_length")
+        raise ValueError(f"need 1 <= {qa} <= {seq} - 3; got {qa}={max_qa_length}, {seq}={max_seq_length}")
 
 
 def encode_choices(context_ids: Sequence[int], qa_ids: Sequence[Sequence[int]], max_seq_length: int,
                    max_qa_length: int, sep_id: int, cls_id: int) -> Dict[str, np.ndarray]:
     """Token ids of the article and of each option's qa text -> int32 arrays [len(qa_ids), max_seq_length]."""
-    _check_lengths(max_seq_length, max_qa_length)
+    check_lengths(max_seq_length, max_qa_length)
     n = len(qa_ids)
     out = {k: np.zeros((n, max_seq_length), np.int32) for k in ("input_ids", "segment_ids", "padding_mask")}
     for j, qa in enumerate(qa_ids):
@@ -84,7 +87,7 @@ def encode_choice_windows(context_ids: Sequence[int], qa_ids: Sequence[Sequence[
                           max_segments: Optional[int] = None) -> Dict[str, np.ndarray]:
     """Long articles (module docstring) -> int32 [len(qa_ids), W, max_seq_length] and ``num_segments``;
     W = ``max_segments``, or without it (no cap) the most windows of the options."""
-    _check_lengths(max_seq_length, max_qa_length)
+    check_lengths(max_seq_length, max_qa_length)
     L, per = max_seq_length, []
     for qa in qa_ids:
         qa = list(qa)[-max_qa_length:]
@@ -184,7 +187,7 @@ def iter_features(docs: Sequence[race_task.RaceDocument], tokenizer: XLNetTokeni
                   max_segments: Optional[int] = None, name: str = "RACE") -> Iterator[Dict[str, object]]:
     """Records of ``docs`` in order; ``num_workers`` > 1 tokenises in a process pool (default: CPU count). At the
     end, how many questions lost article pieces (``data.lengths.report_truncation``, under ``name``)."""
-    _check_lengths(max_seq_length, max_qa_length)
+    check_lengths(max_seq_length, max_qa_length)
     n = truncated = 0
     for feats in _document_records(docs, tokenizer, max_seq_length, max_qa_length, num_workers, max_segments):
         truncated += feats.pop("truncated")

@@ -106,11 +106,12 @@ class RaceRun(runner.TaskSpec):
         docs = race_task.read_race_documents(d.data_dir, split, d.high_only, d.middle_only)
         return subset_documents(docs, d.subsets.get(split))
 
-    def head(self):
+    def head_parts(self):
         from xlnet_tf.heads.multiple_choice import MultipleChoiceHead  # TensorFlow: imported when the run needs it
 
         c = self.options.config
-        return MultipleChoiceHead(c.d_model, n_head=c.n_head, d_head=c.d_head, **self.options.head_options)
+        return MultipleChoiceHead, dict(d_model=c.d_model, n_head=c.n_head, d_head=c.d_head,
+                                        **self.options.head_options)
 
     def feature_spec(self):
         return race_data.race_feature_spec(self.options.max_seq_length, max_segments=self.options.max_segments)

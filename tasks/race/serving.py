@@ -28,6 +28,7 @@ import tensorflow as tf
 
 from xlnet_tf.export import (SEG_PAD_CLASSIFIER, ServingModule, batch_length, constant_rows, float32_outputs,
                              keep_first, keep_last, pad_rows)
+from xlnet_tf.tasks.race.features import check_lengths
 
 NUM_CHOICES = 4
 
@@ -62,9 +63,7 @@ def race_features(article_ids: tf.RaggedTensor, qa_ids: tf.RaggedTensor, max_seq
     (choices of one question adjacent) -> int32 ``input_ids``/``segment_ids``/``padding_mask``
     [batch, num_choices, T]: the records' layout, padded to the batch's longest option (T <= max_seq_length,
     a multiple of 8)."""
-    if max_qa_length < 1 or max_seq_length - 3 < max_qa_length:
-        raise ValueError(f"need 1 <= max_qa_length <= max_seq_length - 3; got max_qa_length={max_qa_length}, "
-                         f"max_seq_length={max_seq_length}")
+    check_lengths(max_seq_length, max_qa_length)
     article_ids = tf.cast(article_ids, tf.int32)
     qa_ids = tf.cast(qa_ids, tf.int32)
     rows = qa_ids.nrows(out_type=tf.int32)
@@ -87,9 +86,7 @@ def race_windows(article_ids: tf.RaggedTensor, qa_ids: tf.RaggedTensor, max_seq_
     """In-graph ``tasks.race.features.encode_choice_windows``: -> int32 windows [batch, num_choices, W, L]
     right-aligned to the batch's most windows, and ``num_segments`` [batch] (the most of each question's options)."""
     L = int(max_seq_length)
-    if max_qa_length < 1 or L - 3 < max_qa_length:
-        raise ValueError(f"need 1 <= max_qa_length <= max_seq_length - 3; got max_qa_length={max_qa_length}, "
-                         f"max_seq_length={L}")
+    check_lengths(L, max_qa_length)
     article_ids, qa_ids = tf.cast(article_ids, tf.int32), tf.cast(qa_ids, tf.int32)
     rows = qa_ids.nrows(out_type=tf.int32)
     qa = keep_last(qa_ids, tf.fill([rows], max_qa_length))

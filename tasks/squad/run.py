@@ -66,10 +66,10 @@ class SquadRun(runner.TaskSpec):
             raise ValueError(f"{source}: no {split} features")
         return path, index
 
-    def head(self):
+    def head_parts(self):
         from xlnet_tf.heads.squad import SquadHead  # TensorFlow: imported when the run needs it
 
-        return SquadHead(self.options.config.d_model, **self.options.head_options)
+        return SquadHead, dict(d_model=self.options.config.d_model, **self.options.head_options)
 
     def feature_spec(self):
         return squad_data.squad_feature_spec(self.options.max_seq_length)

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Optional
+import os
+from typing import Callable, Optional
 
 import tensorflow as tf
 
@@ -58,27 +59,39 @@ def _in_xla_context() -> bool:
     return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
 
 
-def _kernel_refusal(config, dtype, per_example_pos_dropout: bool) -> Optional[str]:
-    """Why the compiled attention may not run in this trace, or None when it may."""
+def kernel_refusal(config, compute_dtype: str, per_example_pos_dropout: bool, xla: bool, accelerator: bool,
+                   library: Callable[[], Optional[str]], portable: bool = False) -> Optional[str]:
+    """The kernel rule, its one home (``choose`` asks it for each trace, ``xlnet_tf.ram.fused_attention_applies``
+    for a training step it estimates): why the compiled attention may not run, or None when it may. The facts:
+    ``compute_dtype`` (a name), ``per_example_pos_dropout`` (each example its own projected encodings), ``xla``
+    (inside an XLA-compiled function), ``accelerator`` (a GPU/TPU visible), ``portable`` (SavedModel tracing) and
+    ``library()``: why the built library cannot be used, or None (asked last: loading it is the costly fact)."""
     if "kernels" not in config.accelerations:
         return "not selected"
-    if _portable:
+    if portable:
         return "SavedModel tracing (portable_graph)"
-    if tf.as_dtype(dtype) != tf.float32:
-        return f"compute dtype {tf.as_dtype(dtype).name} (float32 only)"
+    if compute_dtype != "float32":
+        return f"compute dtype {compute_dtype} (float32 only)"
     if config.d_head % kernels.D_HEAD_MULTIPLE:
         return f"d_head {config.d_head} is not a multiple of {kernels.D_HEAD_MULTIPLE}"
     if config.bi_data:
         return "bi_data"
     if per_example_pos_dropout:
         return "per-example positional dropout (each example has its own projected encodings)"
-    if _in_xla_context():
+    if xla:
         return "inside an XLA-compiled function"
-    if accelerator_visible():
+    if accelerator:
         return "a GPU/TPU is visible"
-    if kernels.load() is None:
-        return kernels.status()
-    return None
+    return library()
+
+
+def _library_loads() -> Optional[str]:
+    return kernels.status() if kernels.load() is None else None
+
+
+def library_present() -> Optional[str]:
+    """The library fact without loading it (the RAM estimator's): None when the built library exists."""
+    return None if os.path.exists(kernels.LIBRARY) else kernels.status()
 
 
 def choose(config, dtype, training: bool, per_example_pos_dropout: bool) -> Paths:
@@ -88,7 +101,8 @@ def choose(config, dtype, training: bool, per_example_pos_dropout: bool) -> Path
     names = config.accelerations
     table = fusions.FUSED if "xla" in names else ops.PLAIN
     chunk = chunks.CHUNK if "chunks" in names and config.attn_type == "bi" else 0
-    refusal = _kernel_refusal(config, dtype, per_example_pos_dropout)
+    refusal = kernel_refusal(config, tf.as_dtype(dtype).name, per_example_pos_dropout, xla=_in_xla_context(),
+                             accelerator=accelerator_visible(), library=_library_loads, portable=_portable)
     kernel = CompiledAttention(kernels.load()) if refusal is None else None
     core = fusions.rel_attn_core if "xla" in names else None
     if chunk:
