@@ -2,6 +2,7 @@
 
 import json
 import os
+import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # as the run_*.py entry points (the library sets nothing)
@@ -9,6 +10,14 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # as the run_*.py entry poi
 import pytest  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# One XLA compilation cache for the run, shared by both workers and every process they start (the environment is
+# inherited): the suite compiles the same few XLA clusters again and again (a tiny model's grouped optimizer
+# update, its float16 step), and TensorFlow's persistent cache (keyed by the cluster's HLO) compiles each once.
+# Per run, in the temporary folder (nothing outlives the TensorFlow version that wrote it).
+XLA_CACHE = os.path.join(tempfile.gettempdir(), "xlnet_tf_suite_xla_cache",
+                         os.environ.get("PYTEST_XDIST_TESTRUNUID") or str(os.getpid()))
+os.makedirs(XLA_CACHE, exist_ok=True)
+os.environ["TF_XLA_FLAGS"] = f"{os.environ.get('TF_XLA_FLAGS', '')} --tf_xla_persistent_cache_directory={XLA_CACHE}"
 SHARED = os.environ.get("SHARED_DATA") or os.path.join(REPO, "..", "shared", "data")
 
 
