@@ -56,6 +56,20 @@ def classifier_args(task, data_dir, config_file, out, L=48, steps=20, extra=()) 
             f"--save_steps={steps}", "--iterations=10"] + list(extra)
 
 
+def glue_args(glue, task, out, *extra, steps=4) -> list:
+    """run_classifier.py's flags for a few steps of ``task`` on the ``glue`` fixture's folders and ``TINIEST`` model
+    (length 32, batch 8, a checkpoint every 2 steps), with training and evaluation."""
+    return [f"--task={task}", f"--data_dir={glue / task}", f"--model_config_path={glue / 'cfg.json'}",
+            f"--spiece_model_file={shared_path('spiece', 'spiece.model')}", f"--output_dir={out}",
+            "--max_seq_length=32", "--train_batch_size=8", f"--train_steps={steps}", "--save_steps=2",
+            "--progress=false", "--do_train", "--do_eval", *extra]
+
+
+def records(out):
+    """The feature files (TFRecords) a run in ``out`` wrote, by name: [] when it wrote none."""
+    return sorted(p.name for p in (out / "data").glob("*.tfrecord*")) if (out / "data").exists() else []
+
+
 @pytest.fixture(scope="session")
 def sst2_cache(tmp_path_factory):
     """The --cache_dir of the session's SST-2 runs: its 67,349 training sentences are tokenized once per
