@@ -12,12 +12,23 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.environ.get("SHARED_DATA") or os.path.join(REPO, "..", "shared", "data")
 
 
+def _not_available(path: str) -> str:
+    return f"real data not available: {path} (set SHARED_DATA to the folder holding it)"
+
+
 def shared_path(*parts: str) -> str:
     """A path under the shared real-data folder; skips the test with a clear reason when it is absent."""
     path = os.path.join(SHARED, *parts)
     if not os.path.exists(path):
-        pytest.skip(f"real data not available: {path} (set SHARED_DATA to the folder holding it)")
+        pytest.skip(_not_available(path))
     return path
+
+
+def needs_shared(*parts: str):
+    """``shared_path``'s skip as a mark, for a test that names the path before it runs (a parametrised case, a
+    module constant): skips it with the same reason when the path is absent."""
+    path = os.path.join(SHARED, *parts)
+    return pytest.mark.skipif(not os.path.exists(path), reason=_not_available(path))
 
 
 @pytest.fixture(scope="session")

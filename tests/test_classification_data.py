@@ -17,16 +17,13 @@ from xlnet_tf.tasks.classification.registry import get_task, task_names
 from xlnet_tf.tasks.errors import DataError
 from xlnet_tf.tasks.classification.glue import write_glue_predictions
 from xlnet_tf.tasks.classification.text import GenericTask
-from tests.conftest import shared_path
+from tests.conftest import SHARED, needs_shared, shared_path
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.environ.get("SHARED_DATA") or os.path.join(REPO, "..", "shared", "data")
 GLUE = os.path.join(SHARED, "glue")
 SPIECE = os.path.join(SHARED, "spiece", "spiece.model")
 IMDB_TAR = os.path.join(SHARED, "imdb", "aclImdb_v1.tar.gz")
-needs_glue = pytest.mark.skipif(not os.path.isdir(GLUE), reason=f"GLUE data not found at {GLUE} (set SHARED_DATA)")
-needs_spiece = pytest.mark.skipif(not os.path.isfile(SPIECE), reason=f"spiece.model not found at {SPIECE}")
-needs_imdb = pytest.mark.skipif(not os.path.isfile(IMDB_TAR), reason=f"IMDB tar not found at {IMDB_TAR}")
+needs_glue = needs_shared("glue")
+needs_imdb = needs_shared("imdb", "aclImdb_v1.tar.gz")
 
 
 def write(path, text):
@@ -47,11 +44,9 @@ class WordIds:
 
 @pytest.fixture(scope="module")
 def spiece_tok():
-    if not os.path.isfile(SPIECE):
-        pytest.skip(f"spiece.model not found at {SPIECE}")
     from xlnet_tf.tokenizer import XLNetTokenizer
 
-    return XLNetTokenizer(SPIECE)
+    return XLNetTokenizer(shared_path("spiece", "spiece.model"))
 
 
 # ------------------------------------------------------------------------------------------- registry

@@ -25,18 +25,16 @@ transformers = pytest.importorskip("transformers")
 
 import generate  # noqa: E402
 from tests.cli_util import call, refused, succeeds  # noqa: E402
-from tests.conftest import TINIEST, shared_path  # noqa: E402
+from tests.conftest import REPO, TINIEST, shared_path  # noqa: E402
 from xlnet_tf import XLNetModel, XLNetTokenizer  # noqa: E402
 from xlnet_tf.attention import KeyValueMemory  # noqa: E402
 from xlnet_tf.generation import GenerationOptions, Generator, left_pad, next_token_logits  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 N_NEW = 8
 
 
 def _env():
-    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
 
 
 def hf_greedy(hf, prompt, n_new=N_NEW, **kw):

@@ -26,12 +26,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.conftest import shared_path
+from tests.conftest import REPO, shared_path
 from tests.subprocess_util import run_like_a_server
 from xlnet_tf import XLNetConfig, hardware, training
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+HERE = os.path.join(REPO, "tests")  # train_toy.py
 
 AMX_CPUINFO = """processor\t: 0
 vendor_id\t: GenuineIntel
@@ -337,7 +336,7 @@ def test_export_refuses_16_bit_signature_outputs(tmp_path):
 
 # --------------------------------------------------------------------------- the benchmark's precision columns
 def test_backbone_benchmark_ratios_and_goals_per_precision():
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    sys.path.insert(0, os.path.join(REPO, "benchmarks"))
     import backbone
 
     def row(impl, precision, t, mode="infer"):

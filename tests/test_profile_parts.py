@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "benchmarks"))
+from tests.conftest import REPO
+
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 
 import profile_parts  # noqa: E402
 

@@ -20,13 +20,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import shared_path
+from tests import conftest
+from tests.conftest import needs_shared, shared_path
 from xlnet_tf.tokenizer import XLNetTokenizer, preprocess_text
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("SHARED_DATA") or REPO.parent / "shared" / "data")
+SHARED = Path(conftest.SHARED)
 SPIECE = SHARED / "spiece" / "spiece.model"
-needs_spiece = pytest.mark.skipif(not SPIECE.is_file(), reason=f"XLNet spiece.model not found at {SPIECE}")
+needs_spiece = needs_shared("spiece", "spiece.model")
 
 # Strings that exercise every preprocessing step and the digit-comma rule.
 TRICKY = [
@@ -62,9 +62,7 @@ def test_preprocess_switches():
 # ---------------------------------------------------------------------------------------- Python tokenizer
 @pytest.fixture(scope="module")
 def tok():
-    if not SPIECE.is_file():
-        pytest.skip(f"XLNet spiece.model not found at {SPIECE}")
-    return XLNetTokenizer(str(SPIECE))
+    return XLNetTokenizer(shared_path("spiece", "spiece.model"))
 
 
 @needs_spiece
@@ -271,9 +269,8 @@ def _real_sentences():
 def corpus(tok):
     needed = ["glue/SST-2/dev.tsv", "glue/SST-2/train.tsv", "squad/dev-v1.1.json", "race/RACE.tar.gz",
               "text/wikitext2-valid.tokens"]
-    missing = [n for n in needed if not (SHARED / n).is_file()]
-    if missing:
-        pytest.skip(f"real data missing under {SHARED}: {missing}")
+    for name in needed:
+        shared_path(*name.split("/"))
     texts = _real_sentences()
     assert len(texts) >= 5000
     return texts, [tok.tokenize(t) for t in texts]
