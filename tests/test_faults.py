@@ -21,19 +21,18 @@ import pytest
 
 import run_classifier
 from tests.cli_util import call
-from tests.conftest import REPO, glue_args, shared_path, tiny
+from tests.conftest import REPO, TINIEST, glue_args, shared_path
 from tests.subprocess_util import ctrl_c_reaches_it
 
 pytestmark = pytest.mark.slow  # every test here kills a process
 
-TINY = tiny(n_layer=1, d_model=16, d_head=8, d_inner=32)
 SENTENCES = ["a gripping, beautifully acted film", "dull and far too long"]
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     d = tmp_path_factory.mktemp("faults")
-    (d / "cfg.json").write_text(json.dumps(TINY))
+    (d / "cfg.json").write_text(json.dumps(TINIEST))
     (d / "data").mkdir()
     for split, rows in (("train", 3001), ("dev", 101)):
         lines = open(shared_path("glue", "SST-2", f"{split}.tsv"), encoding="utf-8").read().splitlines()

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.conftest import REPO, shared_path
+from tests.conftest import REPO, shared_path, tiny
 from tests.subprocess_util import run_like_a_server
 from xlnet_tf import XLNetConfig, hardware, training
 
@@ -135,8 +135,8 @@ def test_trainer_warns_once_on_a_cpu_without_bf16(monkeypatch, caplog):
 
 
 # --------------------------------------------------------------------------- numerics on real text
-SMALL = dict(n_layer=2, d_model=128, n_head=4, d_head=32, d_inner=512, n_token=32000, ff_activation="gelu",
-             untie_r=True, dropout=0.1, dropatt=0.1, initializer_range=0.02)
+SMALL = tiny(n_layer=2, d_model=128, n_head=4, d_head=32, d_inner=512, n_token=32000, dropout=0.1, dropatt=0.1,
+             initializer_range=0.02)
 SEQ = 48
 
 
