@@ -21,12 +21,23 @@ os.environ["TF_XLA_FLAGS"] = f"{os.environ.get('TF_XLA_FLAGS', '')} --tf_xla_per
 SHARED = os.environ.get("SHARED_DATA") or os.path.join(REPO, "..", "shared", "data")
 
 
+def _not_available(path: str) -> str:
+    return f"real data not available: {path} (set SHARED_DATA to the folder holding it)"
+
+
 def shared_path(*parts: str) -> str:
     """A path under the shared real-data folder; skips the test with a clear reason when it is absent."""
     path = os.path.join(SHARED, *parts)
     if not os.path.exists(path):
-        pytest.skip(f"real data not available: {path} (set SHARED_DATA to the folder holding it)")
+        pytest.skip(_not_available(path))
     return path
+
+
+def needs_shared(*parts: str):
+    """``shared_path``'s skip as a mark, for a test that names the path before it runs (a parametrised case, a
+    module constant): skips it with the same reason when the path is absent."""
+    path = os.path.join(SHARED, *parts)
+    return pytest.mark.skipif(not os.path.exists(path), reason=_not_available(path))
 
 
 @pytest.fixture(scope="session")
@@ -63,6 +74,20 @@ def classifier_args(task, data_dir, config_file, out, L=48, steps=20, extra=()) 
             f"--max_seq_length={L}", "--train_batch_size=32", f"--train_steps={steps}",
             f"--warmup_steps={max(steps // 10, 1)}", "--learning_rate=5e-4", "--progress=false",
             f"--save_steps={steps}", "--iterations=10"] + list(extra)
+
+
+def glue_args(glue, task, out, *extra, steps=4) -> list:
+    """run_classifier.py's flags for a few steps of ``task`` on the ``glue`` fixture's folders and ``TINIEST`` model
+    (length 32, batch 8, a checkpoint every 2 steps), with training and evaluation."""
+    return [f"--task={task}", f"--data_dir={glue / task}", f"--model_config_path={glue / 'cfg.json'}",
+            f"--spiece_model_file={shared_path('spiece', 'spiece.model')}", f"--output_dir={out}",
+            "--max_seq_length=32", "--train_batch_size=8", f"--train_steps={steps}", "--save_steps=2",
+            "--progress=false", "--do_train", "--do_eval", *extra]
+
+
+def records(out):
+    """The feature files (TFRecords) a run in ``out`` wrote, by name: [] when it wrote none."""
+    return sorted(p.name for p in (out / "data").glob("*.tfrecord*")) if (out / "data").exists() else []
 
 
 @pytest.fixture(scope="session")

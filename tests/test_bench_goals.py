@@ -6,7 +6,9 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+from tests.conftest import REPO
+
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 import backbone  # noqa: E402
 
 

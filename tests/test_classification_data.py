@@ -1,4 +1,5 @@
-"""Task readers (real GLUE / IMDB data and synthetic files), bad-input errors, feature layout, TFRecords."""
+"""Task readers (real GLUE / IMDB data and synthetic files), bad-input errors, feature layout, TFRecords, and the
+memory of a long text's features (a pair cut to each text's budget, a line of 50 MB)."""
 
 import json
 import os
@@ -16,15 +17,13 @@ from xlnet_tf.tasks.classification.registry import get_task, task_names
 from xlnet_tf.tasks.errors import DataError
 from xlnet_tf.tasks.classification.glue import write_glue_predictions
 from xlnet_tf.tasks.classification.text import GenericTask
+from tests.conftest import SHARED, needs_shared, shared_path
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.environ.get("SHARED_DATA") or os.path.join(REPO, "..", "shared", "data")
 GLUE = os.path.join(SHARED, "glue")
 SPIECE = os.path.join(SHARED, "spiece", "spiece.model")
 IMDB_TAR = os.path.join(SHARED, "imdb", "aclImdb_v1.tar.gz")
-needs_glue = pytest.mark.skipif(not os.path.isdir(GLUE), reason=f"GLUE data not found at {GLUE} (set SHARED_DATA)")
-needs_spiece = pytest.mark.skipif(not os.path.isfile(SPIECE), reason=f"spiece.model not found at {SPIECE}")
-needs_imdb = pytest.mark.skipif(not os.path.isfile(IMDB_TAR), reason=f"IMDB tar not found at {IMDB_TAR}")
+needs_glue = needs_shared("glue")
+needs_imdb = needs_shared("imdb", "aclImdb_v1.tar.gz")
 
 
 def write(path, text):
@@ -45,11 +44,9 @@ class WordIds:
 
 @pytest.fixture(scope="module")
 def spiece_tok():
-    if not os.path.isfile(SPIECE):
-        pytest.skip(f"spiece.model not found at {SPIECE}")
     from xlnet_tf.tokenizer import XLNetTokenizer
 
-    return XLNetTokenizer(SPIECE)
+    return XLNetTokenizer(shared_path("spiece", "spiece.model"))
 
 
 # ------------------------------------------------------------------------------------------- registry
@@ -413,3 +410,51 @@ def test_write_glue_predictions(tmp_path):
         write_glue_predictions(get_task("sst-2"), [0, 2], str(tmp_path / "SST-2.tsv"))
     assert sorted(os.listdir(tmp_path)) == ["MNLI-m.tsv", "RTE.tsv", "STS-B.tsv"]
     assert get_task("mnli-mm").submission == "MNLI-mm"
+
+
+# ---------------------------------------------------------------------------- long texts: a pair's budget, a 50 MB line
+def test_a_pair_cut_to_each_texts_budget_truncates_the_same():
+    """``truncate_pair`` only shortens: each text cut to a single text's budget plus one first gives the same
+    features (what ``iter_features`` and ``encode_texts`` rely on)."""
+    from xlnet_tf.tasks.classification.features import build_features, text_budget
+
+    for L in (4, 5, 8, 11):
+        keep = text_budget(L, pair=False) + 1
+        for na in range(0, 2 * L):
+            for nb in range(0, 2 * L):
+                a, b = list(range(10, 10 + na)), list(range(100, 100 + nb))
+                assert build_features(a[:keep], b[:keep], L, 4, 3) == build_features(a, b, L, 4, 3), (L, na, nb)
+
+
+@pytest.mark.slow  # a process of its own: its peak RSS is the point
+def test_a_50_mb_line_costs_what_its_features_keep(tmp_path):
+    """A generic jsonl with one line of 50 MB (before issue #42: ~70x the line in RSS, 18.6 GB for 200 MB) builds
+    its features in a fresh process whose peak RSS (TensorFlow's import included) stays under 1 GiB."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    src = open(shared_path("text", "tinyshakespeare.txt"), encoding="utf-8").read()
+    big = (src * (50_000_000 // len(src) + 1))[:50_000_000]
+    data = tmp_path / "data"
+    data.mkdir()
+    with open(data / "train.jsonl", "w", encoding="utf-8") as f:
+        for i in range(20):
+            f.write(json.dumps({"text": f"review {i}", "label": "pos" if i % 2 else "neg"}) + "\n")
+        f.write(json.dumps({"text": big, "label": "pos"}) + "\n")
+    del big
+    # the peak of this process's own memory (VmHWM): ru_maxrss would count the parent's RSS at the fork
+    script = ("from tasks.classification.features import task_features\n"
+              "from tasks.classification.text import GenericTask\n"
+              "from xlnet_tf.tokenizer import XLNetTokenizer\n"
+              f"path, n = task_features(GenericTask(), {str(data)!r}, 'train', "
+              f"XLNetTokenizer({shared_path('spiece', 'spiece.model')!r}), 64, {str(tmp_path / 'out')!r}, "
+              "progress=False)\n"
+              "hwm = [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:')][0]\n"
+              "print(n, hwm)\n")
+    out = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    records, peak_kib = map(int, out.stdout.split()[-2:])
+    assert records == 21 and peak_kib < 1024 * 1024, f"peak RSS {peak_kib / 1024:.0f} MiB"

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 import extract_features
 from tests.cli_util import refused, succeeds
-from tests.conftest import SHARED, tiny
+from tests.conftest import SHARED, shared_path, tiny
 
 SPM = os.path.join(SHARED, "spiece", "spiece.model")  # the fixture skips the tests when it is absent
 TINY = tiny(n_layer=3, d_model=32, d_head=16, d_inner=64)
@@ -19,8 +19,7 @@ TEXTS = ["A gripping, beautifully shot film.", "It is long ||| and it is dull, v
 
 @pytest.fixture(scope="module")
 def pretrained(tmp_path_factory):
-    if not os.path.exists(SPM):
-        pytest.skip(f"real data not available: {SPM} (set SHARED_DATA to the folder holding it)")
+    shared_path("spiece", "spiece.model")  # skips without it
     from xlnet_tf import XLNetConfig, XLNetModel
 
     d = tmp_path_factory.mktemp("pretrained")

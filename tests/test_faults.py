@@ -3,7 +3,8 @@ times: the next run of the same command finishes with exactly the uninterrupted 
 saved tensor (weights, Adam slots, step, dropout seed), or refuses with one clear line; nothing half-written is
 trusted. The killed runs are processes (kill -9 is the point); the uninterrupted reference (a process too: its
 duration sets the random kill times; started in the background while the module's first kill runs) and each
-rerun after a kill run in-process through run_classifier's ``main``."""
+rerun after a kill run in-process through run_classifier's ``main``. Ctrl-C (SIGINT) ends a run in one line saying
+where to resume from, and the run resumes from any working directory."""
 
 import json
 import os
@@ -20,18 +21,18 @@ import pytest
 
 import run_classifier
 from tests.cli_util import call
-from tests.conftest import REPO, shared_path, tiny
+from tests.conftest import REPO, TINIEST, glue_args, shared_path
+from tests.subprocess_util import ctrl_c_reaches_it
 
 pytestmark = pytest.mark.slow  # every test here kills a process
 
-TINY = tiny(n_layer=1, d_model=16, d_head=8, d_inner=32)
 SENTENCES = ["a gripping, beautifully acted film", "dull and far too long"]
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     d = tmp_path_factory.mktemp("faults")
-    (d / "cfg.json").write_text(json.dumps(TINY))
+    (d / "cfg.json").write_text(json.dumps(TINIEST))
     (d / "data").mkdir()
     for split, rows in (("train", 3001), ("dev", 101)):
         lines = open(shared_path("glue", "SST-2", f"{split}.tsv"), encoding="utf-8").read().splitlines()
@@ -157,3 +158,72 @@ def test_killed_run_then_rerun_gives_the_uninterrupted_result(setup, started_ref
     leftovers = [os.path.join(root, n) for root, dirs, files in os.walk(out) for n in dirs + files
                  if ".tmp-" in n or n.endswith("_temp")]
     assert not leftovers, leftovers
+
+
+# -------------------------------------------------------------------------- Ctrl-C, and resuming from another directory
+def _start(args, cwd):
+    """The CLI in the background, its stderr into a file (a pipe read only at the end could fill and block it)."""
+    err = open(os.path.join(cwd, "stderr.log"), "w+")
+    proc = subprocess.Popen([sys.executable, os.path.join(REPO, "run_classifier.py")] + [str(a) for a in args],
+                            cwd=cwd, stdout=subprocess.DEVNULL, stderr=err, text=True,
+                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), preexec_fn=ctrl_c_reaches_it)
+    proc.err_file = err
+    return proc
+
+
+def _steps_saved(model_dir):
+    return [int(p.name[len("ckpt-"):-len(".index")]) for p in model_dir.glob("ckpt-*.index")]
+
+
+def _stderr(proc):
+    proc.err_file.seek(0)
+    return proc.err_file.read()
+
+
+def _interrupt_after(proc, model_dir, step, timeout=900):
+    """SIGINT (Ctrl-C) once a checkpoint of ``step`` or later exists; returns the stderr of the ended run. The run
+    is killed whatever happens (it was started for 100,000 steps)."""
+    try:
+        deadline = time.time() + timeout
+        while max(_steps_saved(model_dir), default=0) < step:
+            assert proc.poll() is None and time.time() < deadline, _stderr(proc)[-3000:]
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=300)
+        except subprocess.TimeoutExpired:  # stuck: its threads' Python stacks (run_main.setup_logging) say where
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(2)
+            raise AssertionError("no exit within 300 s of Ctrl-C:\n" + _stderr(proc)[-6000:]) from None
+        err = _stderr(proc)
+        assert proc.returncode == 130, err[-3000:]
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+        return err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.err_file.close()
+
+
+@pytest.mark.slow
+def test_ctrl_c_says_where_to_resume_and_a_relative_output_dir_resumes_from_anywhere(glue, tmp_path):
+    """Started with a relative --output_dir from one directory, interrupted, resumed with the absolute path from
+    another: it continues from its checkpoint (the input iterator's saved state names absolute files)."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    args = glue_args(glue, "SST-2", "relout", steps=100000)
+    args.remove("--do_eval")
+    model = a / "relout" / "model"
+    err = _interrupt_after(_start(args, a), model, 4)
+    lines = [l for l in err.splitlines() if l.startswith("error: ")]
+    assert len(lines) == 1 and lines[0].startswith("error: interrupted at step "), err[-3000:]
+    import tensorflow as tf
+
+    last = int(tf.train.latest_checkpoint(str(model)).rsplit("-", 1)[1])
+    assert f"; the last checkpoint is step {last} in {model}: rerun the same command to resume" in lines[0]
+    absolute = [x if not str(x).startswith("--output_dir=") else f"--output_dir={a / 'relout'}" for x in args]
+    proc = _start(absolute, b)
+    err = _interrupt_after(proc, model, last + 4)
+    assert f"resumed from {model / f'ckpt-{last}'}" in err, err[-3000:]
+    assert not (b / "relout").exists()

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.conftest import tiny
 from xlnet_tf import XLNetConfig, XLNetModel, accel, ops
 from xlnet_tf.accel import chunks, kernels
 from xlnet_tf.attention import rel_shift
@@ -117,10 +118,13 @@ def two_stream_inputs(b, q, n_predict=3, seed=2):
     return dict(perm_mask=tf.constant(perm), target_mapping=tf.constant(tm))
 
 
+# The kernels' test model: the suite's tiny model with 4 heads of 16 and 50 tokens.
+SHAPE = tiny(n_layer=2, d_model=64, n_head=4, d_head=16, d_inner=128, n_token=50)
+
+
 def small_model(**run):
     run = {"dropout": 0.1, "dropatt": 0.1, **run}
-    cfg = XLNetConfig(n_layer=2, d_model=64, n_head=4, d_head=16, d_inner=128, n_token=50, ff_activation="gelu",
-                      untie_r=True, initializer_range=0.3, **run)
+    cfg = XLNetConfig(**SHAPE, initializer_range=0.3, **run)
     return XLNetModel(cfg, seed=3)
 
 
@@ -287,8 +291,7 @@ def test_training_kernels_same_outputs_and_gradients(run, chunk, segments, monke
     two_stream = cfg.pop("two_stream", False)
     model = small_model(pos_dropout="shared", **cfg)  # the kernels take one set of encodings for the batch
     if not untie:
-        model = XLNetModel(XLNetConfig(n_layer=2, d_model=64, n_head=4, d_head=16, d_inner=128, n_token=50,
-                                       ff_activation="gelu", untie_r=False, initializer_range=0.3, dropout=0.1,
+        model = XLNetModel(XLNetConfig(**dict(SHAPE, untie_r=False), initializer_range=0.3, dropout=0.1,
                                        dropatt=0.1, pos_dropout="shared"), seed=3)
     rng = np.random.default_rng(1)
     b, q = 3, 13

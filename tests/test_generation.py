@@ -1,5 +1,6 @@
 """Generation (xlnet_tf/generation.py): greedy ids equal to HuggingFace's ``XLNetLMHeadModel.generate`` on the same
-weights, sampling reproducible, the CLI ``generate.py`` and the SavedModel's ``generate`` signature.
+weights, sampling reproducible, the CLI ``generate.py`` (a generation that cannot fit refused before the model
+loads, its memory and progress shown, Ctrl-C ends it) and the SavedModel's ``generate`` signature.
 
 Weights: (a) a random tiny HF model (initializer 0.2, so attention and memory matter) saved as an HF directory
 and read by ``from_pretrained``; (b) the session's tiny model pretrained by ``run_pretrain.py``
@@ -23,19 +24,17 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import generate  # noqa: E402
-from tests.cli_util import call, refused  # noqa: E402
-from tests.conftest import shared_path  # noqa: E402
+from tests.cli_util import call, refused, succeeds  # noqa: E402
+from tests.conftest import REPO, TINIEST, shared_path  # noqa: E402
 from xlnet_tf import XLNetModel, XLNetTokenizer  # noqa: E402
 from xlnet_tf.attention import KeyValueMemory  # noqa: E402
 from xlnet_tf.generation import GenerationOptions, Generator, left_pad, next_token_logits  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 N_NEW = 8
 
 
 def _env():
-    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
 
 
 def hf_greedy(hf, prompt, n_new=N_NEW, **kw):
@@ -314,3 +313,89 @@ def test_export_answers_text_in_a_fresh_process(gen, spm, prompts, tmp_path):
     sampled = gen.generate([ids[0], ids[7], ids[12]], GenerationOptions(max_new_tokens=5, do_sample=True, seed=7,
                                                                        temperature=3.0, top_k=50, top_p=0.9))
     assert [row[:len(e)] for row, e in zip(served["sampled"], sampled)] == sampled != expect
+
+
+# ------------------------------------------------------------------- the CLI: memory, progress, unknown prompts, Ctrl-C
+@pytest.fixture(scope="module")
+def tiny_generator_dir(tmp_path_factory):
+    """A TINIEST backbone (random weights, no bi_data) in our format: what generate.py loads in a second."""
+    from xlnet_tf import XLNetConfig, XLNetModel
+
+    d = tmp_path_factory.mktemp("gen") / "model"
+    model = XLNetModel(XLNetConfig(**TINIEST))
+    model(np.zeros((1, 4), np.int32))
+    model.save_pretrained(str(d))
+    return d
+
+
+def test_a_generation_that_cannot_fit_is_refused_before_the_model_loads(tiny_generator_dir, tmp_path):
+    import generate
+
+    out = tmp_path / "out.jsonl"
+    out.write_text("earlier\n")
+    line = refused(generate, f"--init_checkpoint={tiny_generator_dir}",
+                   f"--spiece_model_file={shared_path('spiece', 'spiece.model')}", "--prompt=The cat sat",
+                   "--max_new_tokens=1000000000", f"--output_file={out}")
+    assert "--max_new_tokens=1000000000 with --batch_size=8: generating is estimated to need" in line and \
+        "each layer keeps 1,000,000,00" in line and "--mem_len" in line and "--nocheck_memory" in line, line
+    assert out.read_text() == "earlier\n"
+
+
+@pytest.mark.slow  # generates 200 tokens through the CLI
+def test_generation_warns_of_unknown_prompts_and_shows_memory_and_progress(tiny_generator_dir, tmp_path,
+                                                                           monkeypatch):
+    import generate
+
+    monkeypatch.setattr(generate, "PROGRESS_SECONDS", 0.0)
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("The cat sat on the mat\n\U0001F600\U0001F600 \U0001F389\n", encoding="utf-8")
+    r = succeeds(generate, f"--init_checkpoint={tiny_generator_dir}",
+                 f"--spiece_model_file={shared_path('spiece', 'spiece.model')}", f"--input_file={prompts}",
+                 "--max_new_tokens=200", "--batch_size=1")
+    err = r.stderr.splitlines()
+    unk = [e for e in err if e.startswith("W") and "<unk>" in e]
+    assert len(unk) == 1 and "1 of 2 prompt(s) are <unk> pieces only (the first: prompt 2" in unk[0], r.stderr
+    memory = [e for e in err if "generation memory:" in e]
+    assert len(memory) == 1 and "keeps the keys and values of 206 positions (the prompt and every new token)" in \
+        memory[0], memory
+    progress = [e for e in err if "generating:" in e]
+    assert progress and all("/200 new tokens of batch" in p for p in progress), r.stderr[-2000:]
+    assert {p.split("of batch ")[1].split(",")[0] for p in progress} == {"1/2", "2/2"}
+    r = succeeds(generate, f"--init_checkpoint={tiny_generator_dir}",
+                 f"--spiece_model_file={shared_path('spiece', 'spiece.model')}", "--prompt=The cat",
+                 "--max_new_tokens=200", "--mem_len=50", "--noprogress")
+    assert "keeps the keys and values of 50 positions (the last ones: --mem_len=50)" in r.stderr
+    assert "generating:" not in r.stderr
+
+
+@pytest.mark.slow  # Ctrl-C reaches a process
+def test_ctrl_c_stops_a_long_generation(tiny_generator_dir):
+    """The loop runs in TensorFlow's threads, where Python sees no signal: its report reads SIGINT and ends it;
+    the run ends with one line and exit code 130 (it ran on for the whole generation before)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import REPO
+    from tests.subprocess_util import ctrl_c_reaches_it
+
+    p = subprocess.Popen([sys.executable, "generate.py", f"--init_checkpoint={tiny_generator_dir}",
+                          f"--spiece_model_file={shared_path('spiece', 'spiece.model')}", "--prompt=The cat",
+                          "--max_new_tokens=100000"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), preexec_fn=ctrl_c_reaches_it)
+    try:
+        for line in p.stderr:
+            if "generation memory:" in line:
+                break
+        time.sleep(4)  # into the trace or the loop: either way the loop's first report ends it
+        t0 = time.time()
+        p.send_signal(signal.SIGINT)
+        err = p.stderr.read()
+        p.wait(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130 and time.time() - t0 < 30, err[-2000:]
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("error: interrupted"), err[-2000:]

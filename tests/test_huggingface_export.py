@@ -23,8 +23,7 @@ from xlnet_tf.heads.multiple_choice import MultipleChoiceHead  # noqa: E402
 from xlnet_tf.heads.squad import SquadHead  # noqa: E402
 import run_classifier  # noqa: E402
 from tests.cli_util import refused, succeeds  # noqa: E402
-from tests.conftest import shared_path, tiny  # noqa: E402
-from tests.test_run_safety import clf_args  # noqa: E402
+from tests.conftest import glue_args, shared_path, tiny  # noqa: E402
 from xlnet_tf import convert  # noqa: E402
 from xlnet_tf import XLNetConfig, XLNetModel, XLNetTokenizer  # noqa: E402
 from xlnet_tf.hf_checkpoint import read_safetensors, write_safetensors  # noqa: E402
@@ -279,8 +278,8 @@ def test_run_classifier_export_huggingface_gives_the_runs_predictions(sst2_run, 
         np.testing.assert_array_equal(first[k], second[k])
 
     fresh = tmp_path / "refused"
-    line = refused(run_classifier, *clf_args(glue, "SST-2", fresh, "--head_hidden_sizes=8",
-                                             f"--export_huggingface={tmp_path / 'hf2'}"))
+    line = refused(run_classifier, *glue_args(glue, "SST-2", fresh, "--head_hidden_sizes=8",
+                                              f"--export_huggingface={tmp_path / 'hf2'}"))
     assert "--export_huggingface: head_hidden_sizes=[8]" in line
     assert not os.path.exists(tmp_path / "hf2")
     assert os.listdir(fresh / "model") == [] and os.listdir(fresh / "data") == []  # no features, no training

@@ -1,12 +1,17 @@
 """Label sets a generic task cannot learn from (issue #52): a train file of one class is refused by default
 (``--allow_single_class`` trains anyway), the dev/test labels are checked before any feature is written, and two
-label strings of one number ("1" and "1.0") are refused naming their lines. Through run_classifier's ``main``."""
+label strings of one number ("1" and "1.0"), a label column of mixed JSON kinds and an empty label cell are refused
+naming their lines. Through run_classifier's ``main``."""
+
+import json
+import os
+import shutil
 
 import pytest
 
 import run_classifier
 from tests.cli_util import refused, succeeds
-from tests.conftest import shared_path
+from tests.conftest import glue_args, records, shared_path
 
 
 def write_tsv(path, rows):
@@ -74,3 +79,41 @@ def test_labels_of_one_number_are_refused_naming_the_lines(glue, tmp_path, fmt):
                     f": they would be two classes; write each label one way, or pass --labels (the label set, in "
                     f"order)"), line
     assert not (tmp_path / "out").exists()
+
+
+def test_a_label_column_of_mixed_json_kinds_is_refused_unless_labels_say(glue, tmp_path):
+    from xlnet_tf.tasks.classification.text import GenericTask
+
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = [{"text": "a fine film", "label": "pos"}, {"text": "a dull film", "label": "neg"},
+            {"text": "fine", "label": 1}, {"text": "dull", "label": "neg"}]
+    (data / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ["--task=generic", f"--data_dir={data}", f"--model_config_path={glue / 'cfg.json'}",
+            f"--spiece_model_file={shared_path('spiece', 'spiece.model')}", f"--output_dir={tmp_path / 'run'}",
+            "--max_seq_length=16", "--train_steps=1", "--do_train", "--progress=false"]
+    line = refused(run_classifier, *args)
+    assert "train.jsonl, line 3: field 'label': label 1 is a JSON integer, the labels before it are JSON strings " \
+           "(['neg', 'pos']): the task would have 3 classes ['1', 'neg', 'pos']" in line and "--labels" in line, line
+    assert "expected a label in ['neg', 'pos'], got '1'" in refused(run_classifier, *args, "--labels=neg,pos")
+    task = GenericTask(labels=["neg", "pos", "1"])  # --labels=neg,pos,1: followed
+    assert [e.label for e in task.get_examples(str(data), "train")] == ["pos", "neg", "1", "neg"]
+    (data / "train.jsonl").write_text(json.dumps({"text": "a", "label": 1}) + "\n" +
+                                      json.dumps({"text": "b", "label": 1.0}) + "\n")
+    with pytest.raises(ValueError, match=r"line 2: .*label 1\.0 is a JSON number with a fraction or exponent, the "
+                                         r"labels before it are JSON integers \(\['1'\]\)"):
+        GenericTask().discover_labels(str(data))
+    assert sorted(os.listdir(data)) == ["train.jsonl"]  # the refused runs wrote nothing beside the data
+
+
+def test_generic_task_refuses_an_empty_label_cell(glue, tmp_path):
+    data = tmp_path / "mine"
+    shutil.copytree(glue / "SST-2", data)
+    lines = (data / "train.tsv").read_text(encoding="utf-8").splitlines()
+    text, _ = lines[5].rsplit("\t", 1)
+    lines[5] = text + "\t"  # line 6 of the file: an empty label cell
+    (data / "train.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    line = refused(run_classifier, *glue_args(glue, "generic", out), f"--data_dir={data}", "--text_a_column=sentence")
+    assert f"{data / 'train.tsv'}, line 6: field 'label': expected a label, got an empty cell" in line, line
+    assert records(out) == []

@@ -11,8 +11,9 @@ from xlnet_tf.data import lengths, tfrecord_io
 from xlnet_tf import XLNetConfig
 from xlnet_tf.lengths import padded_length
 from xlnet_tf.task_model import TaskModel
+from tests.conftest import tiny
 
-CFG = dict(n_token=120, n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64, dropout=0.0, dropatt=0.0)
+CFG = tiny(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64, n_token=120, dropout=0.0, dropatt=0.0)
 
 
 def left_padded(rng, n_real, L, choices=None):

@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 from transformers.models.xlnet import modeling_xlnet as hf_xlnet  # noqa: E402
 
+from tests.conftest import REPO  # noqa: E402
 from xlnet_tf import XLNetConfig, XLNetModel  # noqa: E402
 from xlnet_tf.accel import chunks, kernels  # noqa: E402
 from xlnet_tf.tf_checkpoint import CheckpointError, write_tf_checkpoint  # noqa: E402
@@ -317,6 +318,5 @@ def test_convert_cli(original_ckpt, tmp_path):
     for x, y in zip(a.trainable_weights, b.trainable_weights):
         np.testing.assert_array_equal(x.numpy(), y.numpy())
     bad = subprocess.run([sys.executable, "-m", "xlnet_tf.convert", f"--input={tmp_path}/nothing",
-                          f"--output={tmp_path}/x"], capture_output=True, text=True,
-                         cwd=os.path.dirname(os.path.dirname(__file__)))
+                          f"--output={tmp_path}/x"], capture_output=True, text=True, cwd=REPO)
     assert bad.returncode == 2 and "nothing" in bad.stderr

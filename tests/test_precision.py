@@ -26,12 +26,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.conftest import shared_path
+from tests.conftest import REPO, shared_path, tiny
 from tests.subprocess_util import run_like_a_server
 from xlnet_tf import XLNetConfig, hardware, training
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+HERE = os.path.join(REPO, "tests")  # train_toy.py
 
 AMX_CPUINFO = """processor\t: 0
 vendor_id\t: GenuineIntel
@@ -136,8 +135,8 @@ def test_trainer_warns_once_on_a_cpu_without_bf16(monkeypatch, caplog):
 
 
 # --------------------------------------------------------------------------- numerics on real text
-SMALL = dict(n_layer=2, d_model=128, n_head=4, d_head=32, d_inner=512, n_token=32000, ff_activation="gelu",
-             untie_r=True, dropout=0.1, dropatt=0.1, initializer_range=0.02)
+SMALL = tiny(n_layer=2, d_model=128, n_head=4, d_head=32, d_inner=512, n_token=32000, dropout=0.1, dropatt=0.1,
+             initializer_range=0.02)
 SEQ = 48
 
 
@@ -337,7 +336,7 @@ def test_export_refuses_16_bit_signature_outputs(tmp_path):
 
 # --------------------------------------------------------------------------- the benchmark's precision columns
 def test_backbone_benchmark_ratios_and_goals_per_precision():
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    sys.path.insert(0, os.path.join(REPO, "benchmarks"))
     import backbone
 
     def row(impl, precision, t, mode="infer"):

@@ -7,10 +7,9 @@ import pytest
 import tensorflow as tf
 
 from xlnet_tf.data import pretrain_records as records, pretrain_sampling as sampling
+from tests.conftest import SHARED, needs_shared
 from xlnet_tf.data import tfrecord_io
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.environ.get("SHARED_DATA") or os.path.join(REPO, "..", "shared", "data")
 SPIECE = os.path.join(SHARED, "spiece", "spiece.model")
 WIKI = os.path.join(SHARED, "text", "wikitext2-valid.tokens")
 SHAKES = os.path.join(SHARED, "text", "tinyshakespeare.txt")
@@ -138,8 +137,9 @@ def test_span_stage_density_follows_mask_alpha():
 
 
 # ------------------------------------------------------------------------------------ TFRecords, real model
-needs_spiece = pytest.mark.skipif(not (os.path.isfile(SPIECE) and os.path.isfile(WIKI)),
-                                  reason=f"shared data absent ({SHARED}); set SHARED_DATA")
+def needs_spiece(test):
+    """Skips ``test`` without the released spiece.model or WikiText-2's validation text."""
+    return needs_shared("spiece", "spiece.model")(needs_shared("text", "wikitext2-valid.tokens")(test))
 
 
 @pytest.fixture(scope="module")
@@ -252,7 +252,7 @@ def test_is_start_piece():
     assert not records.is_start_piece("ing") and not records.is_start_piece("s.")
 
 
-@pytest.mark.skipif(not os.path.isfile(SHAKES), reason=f"shared data absent ({SHARED}); set SHARED_DATA")
+@needs_shared("text", "tinyshakespeare.txt")
 def test_spm_train_special_ids(tmp_path):
     from xlnet_tf.spm_train import EXPECTED_IDS, train_spm
     from xlnet_tf.tokenizer import XLNetTokenizer

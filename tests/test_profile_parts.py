@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "benchmarks"))
+from tests.conftest import REPO, tiny
+
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 
 import profile_parts  # noqa: E402
 
@@ -57,7 +58,7 @@ def test_own_time_shared_instants_and_parts(tmp_path):
 
 
 def test_flops_of_a_forward():
-    cfg = dict(n_layer=1, d_model=4, d_inner=8)
+    cfg = tiny(n_layer=1, d_model=4, d_inner=8)
     f = profile_parts.forward_flops(cfg, B=2, T=3)
     # projections: 4 of [6, 4] x [4, 4] and the positions [2, 6 rows] x [4, 4]; attention: AC and PV over 3
     # keys, BD over 6 relative positions; feed-forward: [6, 4] x [4, 8] and back

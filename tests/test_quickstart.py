@@ -17,14 +17,15 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "examples"))
+from tests.conftest import REPO
+
+sys.path.insert(0, os.path.join(REPO, "examples"))
 import quickstart  # noqa: E402
 
 
 def run_quickstart(out_dir: str, *extra: str) -> str:
-    cmd = [sys.executable, os.path.join(ROOT, "examples", "quickstart.py"), f"--output_dir={out_dir}", *extra]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1500)
+    cmd = [sys.executable, os.path.join(REPO, "examples", "quickstart.py"), f"--output_dir={out_dir}", *extra]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-5000:]}\n{proc.stderr[-5000:]}"
     return proc.stdout
 

@@ -10,15 +10,12 @@ import pytest
 from xlnet_tf.data import tfrecord_io
 from xlnet_tf.tasks.race import features as race_data
 from xlnet_tf.tasks.race import reader as race_task
+from tests.conftest import SHARED, needs_shared, shared_path
 from xlnet_tf.tasks.errors import DataError
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.environ.get("SHARED_DATA") or os.path.join(REPO, "..", "shared", "data")
 RACE_TAR = os.path.join(SHARED, "race", "RACE.tar.gz")
-SPIECE = os.path.join(SHARED, "spiece", "spiece.model")
-
-needs_race = pytest.mark.skipif(not os.path.isfile(RACE_TAR), reason=f"real RACE archive not found at {RACE_TAR}")
-needs_spiece = pytest.mark.skipif(not os.path.isfile(SPIECE), reason=f"XLNet spiece.model not found at {SPIECE}")
+needs_race = needs_shared("race", "RACE.tar.gz")
+needs_spiece = needs_shared("spiece", "spiece.model")
 
 # Official question counts; the middle/high split measured on the released archive.
 COUNTS = {"train": {"middle": 25421, "high": 62445, "total": 87866},
@@ -28,18 +25,14 @@ COUNTS = {"train": {"middle": 25421, "high": 62445, "total": 87866},
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    if not os.path.isfile(SPIECE):
-        pytest.skip(f"XLNet spiece.model not found at {SPIECE}")
     from xlnet_tf.tokenizer import XLNetTokenizer
 
-    return XLNetTokenizer(SPIECE)
+    return XLNetTokenizer(shared_path("spiece", "spiece.model"))
 
 
 @pytest.fixture(scope="module")
 def dev_docs():
-    if not os.path.isfile(RACE_TAR):
-        pytest.skip(f"real RACE archive not found at {RACE_TAR}")
-    return race_task.read_race_documents(RACE_TAR, "dev")
+    return race_task.read_race_documents(shared_path("race", "RACE.tar.gz"), "dev")
 
 
 def _doc(article="A short article.", n=1, **override):

@@ -1,10 +1,12 @@
-"""SQuAD reading, char <-> piece alignment, windows/layout, TFRecords + index, oracle ceiling on real dev data.
+"""SQuAD reading (impossible questions with answers counted), char <-> piece alignment, windows/layout, TFRecords
++ index, oracle ceiling on real dev data.
 
 The full-set figures (every dev answer, all windows) are measured by benchmarks/squad_preprocess.py:
 v1.1 oracle EM 99.79 / F1 99.84, v2.0 EM 99.98 / F1 99.998; here 3 articles of each file are checked.
 """
 
 import json
+import logging
 import os
 import unicodedata
 from types import SimpleNamespace
@@ -333,3 +335,22 @@ def test_unlabelled_questions_are_accepted_only_when_asked():
         parse_squad(obj, "test.json")
     examples, version = parse_squad(obj, "test.json", require_answers=False)
     assert version == "1.1" and examples[0].answers == [] and not examples[0].is_impossible
+
+
+def test_impossible_questions_with_answers_are_counted(tmp_path, caplog):
+    from xlnet_tf.tasks.squad.reader import read_squad_with_version
+
+    context = "The cat sat on the mat."
+    qas = [{"id": "a", "question": "Who sat?", "is_impossible": False, "answers": [{"text": "cat", "answer_start": 4}]},
+           {"id": "b", "question": "Who ran?", "is_impossible": True, "answers": [{"text": "cat", "answer_start": 4}]},
+           {"id": "c", "question": "Who flew?", "is_impossible": True, "answers": []},
+           {"id": "d", "question": "Who swam?", "is_impossible": True, "answers": [{"text": "mat", "answer_start": 19}]}]
+    path = tmp_path / "v2.json"
+    path.write_text(json.dumps({"version": "v2.0", "data": [{"title": "t", "paragraphs": [
+        {"context": context, "qas": qas}]}]}))
+    with caplog.at_level(logging.WARNING):
+        examples, version = read_squad_with_version(str(path))
+    assert version == "2.0" and [e.is_impossible for e in examples] == [False, True, True, True]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "2 question(s) have is_impossible: true and answers too (the first: " \
+        "data[0].paragraphs[0].qas[1] (id 'b'))" in warnings[0] and "trained as impossible" in warnings[0], warnings

@@ -1,4 +1,5 @@
-"""XLNet tokenizer: preprocessing, special ids, the in-graph tokenizer, parity with HuggingFace on real text.
+"""XLNet tokenizer: preprocessing, special ids, the in-graph tokenizer (which refuses text that is not UTF-8), parity
+with HuggingFace on real text, and the first or last ids of a long text encoded exactly without encoding it whole.
 
 Real-data tests read ``$SHARED_DATA`` (default ``<repo>/../shared/data``) and skip when it is absent.
 """
@@ -16,14 +17,16 @@ import unicodedata
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from tests import conftest
+from tests.conftest import needs_shared, shared_path
 from xlnet_tf.tokenizer import XLNetTokenizer, preprocess_text
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("SHARED_DATA") or REPO.parent / "shared" / "data")
+SHARED = Path(conftest.SHARED)
 SPIECE = SHARED / "spiece" / "spiece.model"
-needs_spiece = pytest.mark.skipif(not SPIECE.is_file(), reason=f"XLNet spiece.model not found at {SPIECE}")
+needs_spiece = needs_shared("spiece", "spiece.model")
 
 # Strings that exercise every preprocessing step and the digit-comma rule.
 TRICKY = [
@@ -59,9 +62,7 @@ def test_preprocess_switches():
 # ---------------------------------------------------------------------------------------- Python tokenizer
 @pytest.fixture(scope="module")
 def tok():
-    if not SPIECE.is_file():
-        pytest.skip(f"XLNet spiece.model not found at {SPIECE}")
-    return XLNetTokenizer(str(SPIECE))
+    return XLNetTokenizer(shared_path("spiece", "spiece.model"))
 
 
 @needs_spiece
@@ -268,9 +269,8 @@ def _real_sentences():
 def corpus(tok):
     needed = ["glue/SST-2/dev.tsv", "glue/SST-2/train.tsv", "squad/dev-v1.1.json", "race/RACE.tar.gz",
               "text/wikitext2-valid.tokens"]
-    missing = [n for n in needed if not (SHARED / n).is_file()]
-    if missing:
-        pytest.skip(f"real data missing under {SHARED}: {missing}")
+    for name in needed:
+        shared_path(*name.split("/"))
     texts = _real_sentences()
     assert len(texts) >= 5000
     return texts, [tok.tokenize(t) for t in texts]
@@ -362,3 +362,247 @@ def test_tie_break_warning_names_the_fix():
         for version in ("0.1.99", "0.2.0", "0.2.1"):
             _warn_if_ties_differ(version)
         _warn_if_ties_differ("dev")  # an unparsable version: no guess, no warning
+
+
+# ----------------------------------------------------------------------- the first and last ids of a long text
+@pytest.fixture(scope="module")
+def sp_tok(tok):
+    """The module's tokenizer, as the long-text tests name it."""
+    return tok
+
+
+@pytest.fixture(scope="module")
+def imdb_reviews():
+    """The first 600 training reviews of the real IMDB archive (streamed, <br /> as a space)."""
+    import tarfile
+
+    reviews = []
+    with tarfile.open(shared_path("imdb", "aclImdb_v1.tar.gz"), "r:*") as tar:
+        for m in tar:
+            if m.isfile() and "/train/" in m.name and m.name.endswith(".txt") and "/unsup/" not in m.name:
+                reviews.append(tar.extractfile(m).read().decode("utf-8").replace("<br />", " "))
+                if len(reviews) == 600:
+                    break
+    return reviews
+
+
+def word_groups(pieces):
+    """Consecutive pieces by word (a new word at each piece starting with ▁)."""
+    groups = []
+    for p in pieces:
+        if p.startswith("\u2581") or not groups:
+            groups.append([])
+        groups[-1].append(p)
+    return groups
+
+
+def assert_ties_only(tok, got_pieces, whole_pieces):
+    """``got`` (parts encoded on their own) is the whole text's segmentation word for word, but where the whole
+    text's float32 sums broke a tie the other way: such a word is the same text, split into pieces that score at
+    least as well (float64) as the whole's. Returns how many words differ."""
+    score = lambda ps: sum(float(tok.sp.GetScore(tok.sp.PieceToId(p))) for p in ps)  # noqa: E731
+    got, whole = word_groups(got_pieces), word_groups(whole_pieces)
+    assert len(got) == len(whole)
+    differ = [(g, w) for g, w in zip(got, whole) if g != w]
+    for g, w in differ:
+        assert "".join(g) == "".join(w) and score(g) >= score(w) - 1e-4, (g, w)
+    return len(differ)
+
+
+def test_first_ids_equal_the_whole_texts_at_every_budget(sp_tok, imdb_reviews, monkeypatch):
+    """``encode(first=n)`` == ``encode()[:n]`` exactly, on real reviews (alone and joined into texts of ~80,000
+    characters) at budgets from 1 to beyond the text, with the default prefixes and with prefixes of 50
+    characters (many cuts)."""
+    import xlnet_tf.tokenizer as tokenizer_module
+
+    texts = [" ".join(imdb_reviews[i:i + 60]) for i in range(0, 180, 60)] + imdb_reviews[:30]
+    wholes = [sp_tok.encode(t) for t in texts]
+    assert min(len(w) for w in wholes[:3]) > 15000
+    for size in (None, 50):
+        if size:
+            monkeypatch.setattr(tokenizer_module, "part_chars", lambda n: size)
+        for text, whole in zip(texts, wholes):
+            for n in (1, 2, 7, 62, 126, 510, 4094, 9000, len(whole) - 1, len(whole), len(whole) + 5):
+                assert sp_tok.encode(text, first=n) == whole[:n], (size, n, text[:60])
+
+
+TRICKY_PARTS = ["the", "cat", "1,000,", "12,", "3,4", "``quoted''", "\u00a8", "e\u0301t\u00e9", "\u00a0", "\t", "\n",
+                "  ", "\U0001F600", "\U0001F600\U0001F600", "\u0391\u03a3", "\u03a3",
+                "\u1f48\u0394\u03a5\u03a3\u03a3\u0395\u038e\u03a3", "stra\u00dfe", "\ufb01ne", "\u3000",
+                "\u4e2d\u6587\u5b57\u7b26", "\u0308b", "\x1c", "<sep>", "don't",
+                "U.S.A.", "\u2014", "\u00bd", "x\u200by", "\u0130stanbul", "\u01c5", " \u00a8"]
+
+
+@pytest.mark.parametrize("lower, keep_accents", [(False, False), (True, False), (False, True), (True, True)])
+def test_parts_are_exact_on_tricky_text(lower, keep_accents, monkeypatch):
+    """Random texts of whitespace runs of every kind, marks that become spaces ("¨"), ligatures, a final sigma,
+    digit commas, emoji (<unk>, merged when adjacent) and CJK, cut into parts of 1 to 40 characters: ``first``
+    ids and SQuAD's pieces with their spans are the whole text's, exactly."""
+    import random
+
+    import xlnet_tf.tokenizer as tokenizer_module
+    from xlnet_tf.tasks.squad import features as squad_features
+    from xlnet_tf.tokenizer import XLNetTokenizer
+
+    tok = XLNetTokenizer(shared_path("spiece", "spiece.model"), lower=lower, keep_accents=keep_accents)
+    assert tok.whitespace_local
+    rng = random.Random(42)
+    for _ in range(35):
+        text = "".join(rng.choice(TRICKY_PARTS) + rng.choice(["", " ", "  ", "\n", " \u00a8"])
+                       for _ in range(rng.randint(1, 50)))
+        whole_ids = tok.encode(text)
+        whole = squad_features.tokenize_with_offsets(tok, text, part_chars=len(text) + 1)
+        for size in (1, 3, 8, 40):
+            monkeypatch.setattr(tokenizer_module, "part_chars", lambda n, size=size: size)
+            for n in range(len(whole_ids) + 2):
+                assert tok.encode(text, first=n) == whole_ids[:n], (size, n, text)
+            got = squad_features.tokenize_with_offsets(tok, text, part_chars=size)
+            assert (got.pieces, got.ids, got.starts, got.ends) == (whole.pieces, whole.ids, whole.starts,
+                                                                   whole.ends), (size, text)
+
+
+def test_whitespace_runs_are_found_as_python_splits_them():
+    from xlnet_tf.tokenizer import _RUN
+
+    assert all(bool(_RUN.match("x" + chr(c), 1)) == chr(c).isspace()
+               for c in range(0x110000) if not 0xD800 <= c < 0xE000)
+
+
+def test_last_ids_and_long_squad_contexts_differ_from_the_whole_only_by_float32_ties(sp_tok, imdb_reviews,
+                                                                                      monkeypatch):
+    """Up to ``WHOLE_CHARS`` characters ``last`` is the whole text's ids exactly (real reviews). A longer text (here
+    forced: parts of 200 characters, and SQuAD contexts of ~80,000 characters in parts of 5,000) is encoded part by
+    part: word for word the whole text's segmentation, but where SentencePiece's float32 sums over the whole text
+    broke a tie the other way, and there the part's pieces score at least as well; SQuAD's spans of every word
+    that is split the same way are the whole's."""
+    import xlnet_tf.tokenizer as tokenizer_module
+    from xlnet_tf.tasks.squad import features as squad_features
+
+    for review in imdb_reviews[:100]:
+        whole = sp_tok.encode(review)
+        for n in (1, 5, 62, 300, len(whole) + 1):
+            assert sp_tok.encode(review, last=n) == whole[-n:]
+    texts = [" ".join(imdb_reviews[i:i + 60]) for i in range(0, 240, 60)]
+    monkeypatch.setattr(tokenizer_module, "WHOLE_CHARS", 0)
+    monkeypatch.setattr(tokenizer_module, "part_chars", lambda n: 200)
+    differ = 0
+    for text in texts:
+        whole = sp_tok.encode(text)
+        got = sp_tok.encode(text, last=len(whole) + 10)
+        differ += assert_ties_only(sp_tok, sp_tok.convert_ids_to_tokens(got), sp_tok.convert_ids_to_tokens(whole))
+        ctx, parts = (squad_features.tokenize_with_offsets(sp_tok, text, part_chars=size) for size in (10 ** 9, 5000))
+        assert_ties_only(sp_tok, parts.pieces, ctx.pieces)
+        i = j = 0
+        for g, w in zip(word_groups(parts.pieces), word_groups(ctx.pieces)):
+            if g == w:
+                assert (parts.starts[i:i + len(g)], parts.ends[i:i + len(g)]) == (ctx.starts[j:j + len(w)],
+                                                                                  ctx.ends[j:j + len(w)])
+            else:  # the same characters
+                assert (parts.starts[i], parts.ends[i + len(g) - 1]) == (ctx.starts[j], ctx.ends[j + len(w) - 1])
+            i, j = i + len(g), j + len(w)
+    assert differ < 0.01 * sum(len(t.split()) for t in texts)
+
+
+def test_a_model_that_is_not_whitespace_local_is_encoded_whole(tmp_path, imdb_reviews):
+    """A SentencePiece model trained with pieces across words (split_by_whitespace=false) holds ▁ inside pieces:
+    its texts are encoded whole, then cut (exact, not bounded)."""
+    import sentencepiece as spm
+
+    from xlnet_tf.tokenizer import SPECIAL_PIECES, XLNetTokenizer
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(imdb_reviews[:60]), encoding="utf-8")
+    spm.SentencePieceTrainer.Train(input=str(corpus), model_prefix=str(tmp_path / "m"), vocab_size=300,
+                                   split_by_whitespace=False, user_defined_symbols=list(SPECIAL_PIECES.values())[3:],
+                                   control_symbols=[], unk_id=0, bos_id=1, eos_id=2, pad_id=-1, minloglevel=2)
+    tok = XLNetTokenizer(str(tmp_path / "m.model"))
+    assert not tok.whitespace_local
+    text = " ".join(imdb_reviews[:40])
+    whole = tok.encode(text)
+    for n in (1, 62, 4000):
+        assert tok.encode(text, first=n) == whole[:n] and tok.encode(text, last=n) == whole[-n:]
+
+
+@pytest.fixture(scope="module")
+def long_text(imdb_reviews, sp_tok):
+    """About two million characters of real reviews (longer than ``WHOLE_CHARS``) and their whole ids."""
+    from xlnet_tf.tokenizer import WHOLE_CHARS
+
+    text = " ".join(imdb_reviews * 3)
+    assert len(text) > 1.5 * WHOLE_CHARS
+    return text, sp_tok.encode(text)
+
+
+@pytest.fixture
+def longest_encoded(sp_tok, monkeypatch):
+    """Records the longest text ``sp_tok`` hands to SentencePiece while the test runs (``[n]``)."""
+    seen, sp = [0], sp_tok.sp
+
+    class Spy:
+        def __getattr__(self, name):
+            fn = getattr(sp, name)
+            if name not in ("Encode", "EncodeAsPieces", "EncodeAsIds", "encode"):
+                return fn
+
+            def encode(text, *args, **kwargs):
+                seen[0] = max([seen[0]] + [len(t) for t in (text if isinstance(text, list) else [text])])
+                return fn(text, *args, **kwargs)
+            return encode
+
+    monkeypatch.setattr(sp_tok, "sp", Spy())
+    return seen
+
+
+def test_every_reader_of_a_long_text_encodes_what_it_keeps(sp_tok, long_text, longest_encoded):
+    """Classification (one text, a pair, windows), extract_features' texts, RACE articles and SQuAD questions give
+    the features of the whole text's ids, and hand SentencePiece a few ten thousand characters of a text of two
+    million."""
+    from xlnet_tf.tasks.classification.features import build_features, build_windows, encode_texts, iter_features, right_align
+    from xlnet_tf.tasks.classification.reader import Example
+    from xlnet_tf.tasks.classification.registry import get_task
+    from xlnet_tf.tasks.race.features import document_features, encode_choices
+    from xlnet_tf.tasks.race.reader import RaceDocument, RaceExample
+    from xlnet_tf.tasks.squad.features import build_squad_features
+    from xlnet_tf.tasks.squad.reader import SquadExample
+
+    text, ids = long_text
+    sep, cls, L = sp_tok.sep_id, sp_tok.cls_id, 64
+    short = "A short second text."
+    short_ids = sp_tok.encode(short)
+    task = get_task("mrpc")
+    got = list(iter_features([Example("0", text, None, "1"), Example("1", short, text, "0")], sp_tok, task, L))
+    assert got[0]["input_ids"] == build_features(ids, None, L, sep, cls)["input_ids"]
+    assert got[1]["input_ids"] == build_features(short_ids, ids, L, sep, cls)["input_ids"]
+    windows = list(iter_features([Example("0", text, None, "1")], sp_tok, get_task("sst-2"), L, max_segments=3))
+    assert windows[0]["input_ids"] == right_align(build_windows(ids, L, sep, cls, 3), 3)["input_ids"]
+    feats = encode_texts(sp_tok, [text, short], [short, None], max_seq_length=L)
+    assert feats["input_ids"][0].tolist() == build_features(ids, short_ids, L, sep, cls)["input_ids"]
+    options = ("yes", "no", "maybe", "never")
+    doc = RaceDocument("f.txt", "high", text, (RaceExample("r0", "high", text, "Is it good?", options, 1),))
+    race = document_features(sp_tok, doc, L, 16)[0]
+    want = encode_choices(ids, [sp_tok.encode(f"Is it good? {o}") for o in options], L, 16, sep, cls)
+    assert race["truncated"] and all(np.array_equal(race[k], want[k]) for k in want)
+    records, index = build_squad_features([SquadExample("q0", text, "A short context.", 0, is_impossible=True)],
+                                          sp_tok, max_seq_length=L, max_query_length=24)
+    n = records[0]["cls_index"] - 24 - 2  # paragraph pieces: the question sits between two <sep>
+    assert records[0]["input_ids"][n + 1:n + 25].tolist() == ids[:24] and index.stats["truncated_questions"] == 1
+    assert 0 < longest_encoded[0] < 40_000, longest_encoded
+
+
+# ---------------------------------------------------------------------------- in-graph: text that is not UTF-8
+def test_every_in_graph_tokenisation_checks_utf8():
+    """The one check sits where serving text enters the graph: the tokenizer's ``preprocess`` (classifier, RACE,
+    SQuAD questions) and SQuAD's context alignment."""
+    import tensorflow as tf
+
+    from xlnet_tf.tasks.squad.serving import preprocess_with_origin
+    from xlnet_tf.tf_tokenizer import TFXLNetTokenizer
+
+    tok = TFXLNetTokenizer(shared_path("spiece", "spiece.model"))
+    ok = ["plain", "accents \u00e9\u00e8 and \ufffd itself", "\U0001f600"]
+    assert tok.tokenize(tf.constant(ok)).nrows() == 3
+    for bad in (b"\xff\xfe bad", b"\xed\xa0\x80 surrogate", b"\xf4\x90\x80\x80 beyond U+10FFFF", b"cut \xc3"):
+        with pytest.raises(tf.errors.InvalidArgumentError, match="input is not valid UTF-8: row 2"):
+            tok.tokenize(tf.constant([b"ok", b"ok", bad]))
+        with pytest.raises(tf.errors.InvalidArgumentError, match="not valid UTF-8"):
+            preprocess_with_origin(tok, tf.constant([bad]))

@@ -18,14 +18,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tests.conftest import REPO
+
+HERE = os.path.join(REPO, "tests")  # train_toy.py, imported (and run) as a script of its own
+sys.path.insert(0, HERE)
 from subprocess_util import finish  # noqa: E402
 from train_toy import make_dataset_fn, make_model, max_diff, toy_data, weights  # noqa: E402
 
 from xlnet_tf import optimization, training  # noqa: E402
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 
 
 def config(**kw):
@@ -315,7 +315,7 @@ def test_predict_float16_model_on_cpu():
 
 # --------------------------------------------------------------------------- strategies (subprocesses)
 def _run(args):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
     return subprocess.Popen([sys.executable, os.path.join(HERE, "train_toy.py")] + args, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

@@ -26,7 +26,7 @@ rule never reach across it) commutes with a cut where a run starts. XLNet's rele
 * ``last=n`` is ``encode(text)[-n:]`` for a text of up to ``WHOLE_CHARS`` characters (encoded whole). A longer text
   is encoded in parts from its end, each part's ids SentencePiece's for that part: the whole text's too, but where
   SentencePiece's float32 path scores, summed from the start of the whole text, round a near-tie (or an exact one,
-  e.g. in "!!!!!!!") the other way; the part's choice then scores at least as well (``tests/test_bad_input3.py``).
+  e.g. in "!!!!!!!") the other way; the part's choice then scores at least as well (``tests/test_tokenizer.py``).
 
 A stretch of text with no whitespace (e.g. unsegmented Chinese) cannot be cut: it costs in proportion to its length.
 """

@@ -1,6 +1,8 @@
-"""Everyday mistakes with output directories and inputs, through the CLIs' own ``main`` as a user runs them (tiny
-model, few steps, in-process: tests/cli_util.py): each refuses with one line naming what differs or what was
-expected, and nothing written is lost. A second process holds the lock where two processes are the point."""
+"""A run's output directory, through the CLIs' own ``main`` as a user runs them (tiny model, few steps, in-process:
+tests/cli_util.py): a directory of another run (its manifest differs, or it has none) is refused with one line
+naming what differs, one run at a time holds it (a second process where two processes are the point), a dead run's
+temporaries are removed, outputs get normal permissions, and a full disk keeps the last checkpoint. Nothing written
+is lost. (Bad inputs and flags: tests/test_flag_checks.py.)"""
 
 import json
 import os
@@ -14,23 +16,15 @@ import time
 import pytest
 
 import run_classifier
-import run_pretrain
 from tests.cli_util import refused, succeeds
-from tests.conftest import REPO, TINIEST, shared_path
-
-
-def clf_args(glue, task, out, *extra, steps=4):
-    return [f"--task={task}", f"--data_dir={glue / task}", f"--model_config_path={glue / 'cfg.json'}",
-            f"--spiece_model_file={shared_path('spiece', 'spiece.model')}", f"--output_dir={out}",
-            "--max_seq_length=32", "--train_batch_size=8", f"--train_steps={steps}", "--save_steps=2",
-            "--progress=false", "--do_train", "--do_eval", *extra]
+from tests.conftest import REPO, TINIEST, glue_args
 
 
 @pytest.fixture(scope="module")
 def sst2_dir(glue, tmp_path_factory):
     """One finished SST-2 run; tests copy it."""
     out = tmp_path_factory.mktemp("runs") / "sst2"
-    succeeds(run_classifier, *clf_args(glue, "SST-2", out))
+    succeeds(run_classifier, *glue_args(glue, "SST-2", out))
     return out
 
 
@@ -45,23 +39,23 @@ def copy_run(sst2_dir, tmp_path):
 def test_other_task_other_length_edited_data_refuse_and_overwrite_replaces(glue, sst2_dir, tmp_path):
     out = copy_run(sst2_dir, tmp_path)
     before = (out / "eval_results.json").read_text()
-    line = refused(run_classifier, *clf_args(glue, "CoLA", out))
+    line = refused(run_classifier, *glue_args(glue, "CoLA", out))
     assert "differs in: task" in line and "--overwrite_output_dir" in line and "--output_dir" in line
-    line = refused(run_classifier, *clf_args(glue, "STS-B", out))  # a regression head: another shape
+    line = refused(run_classifier, *glue_args(glue, "STS-B", out))  # a regression head: another shape
     assert "task" in line and "model_shape" not in line
-    line = refused(run_classifier, *clf_args(glue, "SST-2", out, "--max_seq_length=48"))
+    line = refused(run_classifier, *glue_args(glue, "SST-2", out, "--max_seq_length=48"))
     assert "data.max_seq_length" in line
     assert (out / "eval_results.json").read_text() == before  # nothing overwritten
     # an edited training file is a difference (a resumed iterator would replay the old data)
     data = tmp_path / "sst_edited"
     shutil.copytree(glue / "SST-2", data)
-    assert "train_data" in refused(run_classifier, *clf_args(glue, "SST-2", out), f"--data_dir={data}")
+    assert "train_data" in refused(run_classifier, *glue_args(glue, "SST-2", out), f"--data_dir={data}")
     (data / "train.tsv").write_text((data / "train.tsv").read_text().replace("\t1\n", "\t0\n", 1))
     # the same run again resumes (0 steps), as before
-    r = succeeds(run_classifier, *clf_args(glue, "SST-2", out))
+    r = succeeds(run_classifier, *glue_args(glue, "SST-2", out))
     assert "resumed from" in r.stderr
     # --overwrite_output_dir replaces the run: CoLA trains from scratch and is scored with its own metric
-    succeeds(run_classifier, *clf_args(glue, "CoLA", out, "--overwrite_output_dir"))
+    succeeds(run_classifier, *glue_args(glue, "CoLA", out, "--overwrite_output_dir"))
     res = json.loads((out / "eval_results.json").read_text())
     assert res["step"] == 4 and "mcc" in res, res
     assert json.loads((out / "run_manifest.json").read_text())["task"] == "cola"
@@ -71,11 +65,11 @@ def test_other_task_other_length_edited_data_refuse_and_overwrite_replaces(glue,
 def test_checkpoints_without_manifest_and_foreign_checkpoint(glue, sst2_dir, tmp_path):
     out = copy_run(sst2_dir, tmp_path)
     os.remove(out / "run_manifest.json")  # an older run's directory
-    assert "no run_manifest.json" in refused(run_classifier, *clf_args(glue, "SST-2", out))
+    assert "no run_manifest.json" in refused(run_classifier, *glue_args(glue, "SST-2", out))
     # another run's checkpoints reached through --model_dir (the trainer's own check: tests/test_training.py)
     cfg = dict(TINIEST, d_model=32, d_head=16)
     (tmp_path / "cfg32.json").write_text(json.dumps(cfg))
-    line = refused(run_classifier, *clf_args(glue, "SST-2", tmp_path / "new"), f"--model_dir={out / 'model'}",
+    line = refused(run_classifier, *glue_args(glue, "SST-2", tmp_path / "new"), f"--model_dir={out / 'model'}",
                    f"--model_config_path={tmp_path / 'cfg32.json'}")
     assert "holds checkpoints but no run_manifest.json" in line
 
@@ -84,7 +78,7 @@ def test_checkpoints_without_manifest_and_foreign_checkpoint(glue, sst2_dir, tmp
 @pytest.mark.slow  # a second process holds the directory
 def test_second_run_fails_fast_and_a_killed_holder_is_taken_over(glue, sst2_dir, tmp_path):
     out = copy_run(sst2_dir, tmp_path)
-    args = clf_args(glue, "SST-2", out, "--overwrite_output_dir", steps=100000)
+    args = glue_args(glue, "SST-2", out, "--overwrite_output_dir", steps=100000)
     first = subprocess.Popen([sys.executable, "run_classifier.py"] + [str(a) for a in args], cwd=REPO,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
@@ -94,14 +88,14 @@ def test_second_run_fails_fast_and_a_killed_holder_is_taken_over(glue, sst2_dir,
             assert time.time() < deadline and first.poll() is None, first.stderr.read()[-2000:]
             time.sleep(0.2)
         t0 = time.time()
-        line = refused(run_classifier, *clf_args(glue, "SST-2", out, steps=100000))
+        line = refused(run_classifier, *glue_args(glue, "SST-2", out, steps=100000))
         assert f"in use by another run (pid {first.pid})" in line and time.time() - t0 < 60
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait()
     # kill -9 does not block the next run: the dead holder's lock is taken over (its run was killed before its
     # first checkpoint, so its manifest binds nothing)
-    r = succeeds(run_classifier, *clf_args(glue, "SST-2", out, steps=2))
+    r = succeeds(run_classifier, *glue_args(glue, "SST-2", out, steps=2))
     assert "took over the lock" in r.stderr and f"pid {first.pid}" in r.stderr
 
 
@@ -119,7 +113,7 @@ def test_dead_runs_temporaries_are_removed_and_outputs_get_normal_permissions(gl
     live.write_bytes(b"x")
     old = os.umask(0o022)
     try:
-        r = succeeds(run_classifier, *clf_args(glue, "SST-2", out), f"--export_dir={tmp_path / 'export'}")
+        r = succeeds(run_classifier, *glue_args(glue, "SST-2", out), f"--export_dir={tmp_path / 'export'}")
     finally:
         os.umask(old)
     assert "removed 3 temporaries" in r.stderr
@@ -131,45 +125,7 @@ def test_dead_runs_temporaries_are_removed_and_outputs_get_normal_permissions(gl
             assert stat.S_IMODE(os.stat(os.path.join(root, f)).st_mode) == 0o644, os.path.join(root, f)
 
 
-# ------------------------------------------------------------------------------------------- inputs
-def test_bad_inputs_get_one_line_before_training(glue, tmp_path):
-    not_spm = tmp_path / "spiece.model"
-    not_spm.write_text("not a model")
-    line = refused(run_classifier, *clf_args(glue, "SST-2", tmp_path / "a"), f"--spiece_model_file={not_spm}")
-    assert str(not_spm) in line and "not a SentencePiece model" in line
-    (tmp_path / "small.json").write_text(json.dumps(dict(TINIEST, n_token=1000)))
-    line = refused(run_classifier, *clf_args(glue, "SST-2", tmp_path / "b"),
-                   f"--model_config_path={tmp_path / 'small.json'}")
-    assert "32000 pieces" in line and "n_token=1000" in line
-    (tmp_path / "typo.json").write_text(json.dumps(dict(TINIEST, mem_lne=16)))
-    line = refused(run_classifier, *clf_args(glue, "SST-2", tmp_path / "c"),
-                   f"--model_config_path={tmp_path / 'typo.json'}")
-    assert "'mem_lne'" in line and "did you mean 'mem_len'" in line
-    (tmp_path / "str.json").write_text(json.dumps(dict(TINIEST, untie_r="false")))
-    line = refused(run_classifier, *clf_args(glue, "SST-2", tmp_path / "d"),
-                   f"--model_config_path={tmp_path / 'str.json'}")
-    assert "untie_r" in line and "JSON boolean" in line
-    # a malformed dev.tsv fails before the first training step
-    data = tmp_path / "sst"
-    shutil.copytree(glue / "SST-2", data)
-    with open(data / "dev.tsv", "a", encoding="utf-8") as f:
-        f.write("a sentence without a label\n")
-    out = tmp_path / "e"
-    line = refused(run_classifier, *clf_args(glue, "SST-2", out), f"--data_dir={data}")
-    assert "dev.tsv" in line and not list((out / "model").glob("ckpt-*"))
-
-
-def test_empty_pretraining_corpus(tmp_path):
-    (tmp_path / "blank.txt").write_text("\n   \n\n")
-    (tmp_path / "cfg.json").write_text(json.dumps(TINIEST))
-    line = refused(
-        run_pretrain, f"--train_input={tmp_path / 'blank.txt'}", f"--spiece_model_file={shared_path('spiece', 'spiece.model')}",
-        f"--model_config_path={tmp_path / 'cfg.json'}", f"--model_dir={tmp_path / 'run'}",
-        f"--output_dir={tmp_path / 'pretrained'}", "--seq_len=32", "--reuse_len=16", "--perm_size=16",
-        "--num_predict=5", "--train_batch_size=2", "--train_steps=2", "--progress=false")
-    assert "blank.txt" in line and "no text" in line
-
-
+# ------------------------------------------------------------------------------------------- a full disk
 @pytest.mark.slow
 def test_disk_full_is_one_line_and_keeps_the_last_checkpoint(glue, tmp_path):
     mnt = tmp_path / "small_disk"
@@ -181,7 +137,7 @@ def test_disk_full_is_one_line_and_keeps_the_last_checkpoint(glue, tmp_path):
         pytest.skip("cannot mount a small tmpfs here (needs root): the disk-full case is not exercised")
     try:
         out = mnt / "out"
-        line = refused(run_classifier, *clf_args(glue, "SST-2", out, steps=6))
+        line = refused(run_classifier, *glue_args(glue, "SST-2", out, steps=6))
         assert "no space left on device" in line
         # the failed save's partial files do not stay on the full disk (issue #42)
         assert "ckpt-4 (its partial files removed)" in line, line
