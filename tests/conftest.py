@@ -222,3 +222,27 @@ def _reads_module_fixture(item) -> bool:
     info = getattr(item, "_fixtureinfo", None)
     defs = info.name2fixturedefs.values() if info is not None else ()
     return any(d[-1].scope in ("module", "class", "package") for d in defs)
+
+
+# The units' rough costs, for their order (pytest.ini: --no-loadscope-reorder, so pytest-xdist hands the units out in
+# the collection's order): an outcome test trains to a floor (minutes), a slow test trains or starts a process.
+UNIT_COST = {"outcome": 100, "slow": 20}
+
+
+def pytest_collection_modifyitems(config, items):
+    """The costliest units first (longest processing time first): both workers start on the long training runs and
+    the many short tests fill in at the end, instead of a long run starting last while the other worker waits.
+    Within a unit, and between units of one cost, the collection's order is kept."""
+    def unit(item):
+        group = item.get_closest_marker("xdist_group")
+        if group is None:
+            return item.nodeid
+        return group.args[0] if group.args else group.kwargs.get("name", "default")
+
+    def cost(item):
+        return next((c for mark, c in UNIT_COST.items() if item.get_closest_marker(mark)), 1)
+
+    total = {}
+    for item in items:
+        total[unit(item)] = total.get(unit(item), 0) + cost(item)
+    items.sort(key=lambda item: -total[unit(item)])
