@@ -141,7 +141,7 @@ def test_full_demo_learns(demo):
     out, stdout = demo
     with open(os.path.join(out, "summary.json")) as f:
         summary = json.load(f)
-    assert summary["eval_results"]["step"] == 600
+    assert summary["eval_results"]["step"] == quickstart.MODE["train"]["train_steps"]
     assert summary["dev_accuracy"] >= 0.75, (summary["dev_accuracy"], stdout[-3000:])
     assert summary["test_accuracy"] >= 0.70, summary["test_accuracy"]
     health = summary["eval_results"]["health"]
