@@ -74,15 +74,19 @@ def test_fit_gives_the_command_lines_weights_after_20_steps(glue, tmp_path):
         np.testing.assert_allclose(ours[k], theirs[k], atol=1e-5, rtol=0, err_msg=k)
 
 
+# 250 steps of 32 (measured on AVX2: dev accuracy 0.748; the command line's 400-step run ~0.78)
+SST2_STEPS = 250
+
+
 @pytest.mark.outcome
 def test_fit_on_raw_sst2_text_learns_saves_and_exports(tmp_path):
-    """The README's example at small scale: the suite's SST-2 recipe (tiny model, 400 steps of 32 at length 48,
-    5e-4) through fit on raw sentences reaches the command line's floor on the dev set; the .keras file loads
+    """The README's example at small scale: the suite's SST-2 recipe (tiny model, length 48, 5e-4, but
+    ``SST2_STEPS`` steps of 32) through fit on raw sentences reaches the command line's floor on the dev set; the .keras file loads
     without custom_objects and predicts the same logits; the export serves raw text with the same logits."""
     import keras
     import tensorflow as tf
 
-    x, y = _sst2("train", 400 * 32)
+    x, y = _sst2("train", SST2_STEPS * 32)
     dev_x, dev_y = _sst2("dev")
     keras.utils.set_random_seed(42)
     from xlnet_tf.config import XLNetConfig
@@ -101,7 +105,7 @@ def test_fit_on_raw_sst2_text_learns_saves_and_exports(tmp_path):
     model.save(tmp_path / "sst2.keras")
     loaded = keras.saving.load_model(tmp_path / "sst2.keras")
     np.testing.assert_allclose(loaded.predict(dev_x[:64], verbose=0), logits, atol=1e-5)
-    assert loaded.optimizer is not None and int(loaded.optimizer.iterations) == 400
+    assert loaded.optimizer is not None and int(loaded.optimizer.iterations) == SST2_STEPS
 
     model.export(str(tmp_path / "export"))
     serve = tf.saved_model.load(str(tmp_path / "export")).signatures["serving_default"]
