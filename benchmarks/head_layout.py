@@ -27,7 +27,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bench_util import cpu_model, versions, write_json  # noqa: E402
+from bench_util import cpu_flags, cpu_model, versions, write_json  # noqa: E402
 
 D, N, H, LAYERS = 768, 12, 64, 12
 REPS = int(os.environ.get("REPS", "15"))
@@ -76,6 +76,5 @@ def measure(T: int) -> dict:
 if __name__ == "__main__":
     rows = [measure(T) for T in (30, 128)]
     write_json(os.path.join(HERE, "results", "head_layout.json"),
-               {"command": " ".join(sys.argv), "cpu": cpu_model(), "cpu_flags": sorted(
-                   f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in open("/proc/cpuinfo").read()),
+               {"command": " ".join(sys.argv), "cpu": cpu_model(), "cpu_flags": sorted(cpu_flags()),
                 "versions": versions(["tensorflow"]), "reps": REPS, "rows": rows})

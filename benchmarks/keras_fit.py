@@ -32,15 +32,9 @@ sys.path.insert(0, HERE)
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from bench_util import cpu_model, versions, write_json  # noqa: E402
+from bench_util import cpu_flags, cpu_model, versions, write_json  # noqa: E402
 
 BASE = dict(n_layer=12, d_model=768, n_head=12, d_head=64, d_inner=3072)
-
-
-def cpu_family() -> str:
-    """The vector extensions that tell this project's CPU families apart (AVX2 only, AVX-512 + BF16, + AMX)."""
-    flags = set(open("/proc/cpuinfo").read().split())
-    return " ".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags)
 
 
 def run(args) -> dict:
@@ -110,8 +104,9 @@ def main():
     ratio = statistics.median(res["ratios"])
     print(f"\npadded lengths {res['lengths']}\n| side | s/step (median of {args.pairs} blocks) |\n|---|---:|")
     print(f"| command line (Trainer) | {med['cli']:.3f} |\n| Keras fit | {med['keras']:.3f} |")
-    print(f"fit / command line: {ratio:.3f} (median of {args.pairs} pairs)  ({cpu_model()}, {cpu_family()})")
-    write_json(args.out, {"command": " ".join(sys.argv), "cpu": cpu_model(), "cpu_family": cpu_family(),
+    family = " ".join(cpu_flags())
+    print(f"fit / command line: {ratio:.3f} (median of {args.pairs} pairs)  ({cpu_model()}, {family})")
+    write_json(args.out, {"command": " ".join(sys.argv), "cpu": cpu_model(), "cpu_family": family,
                           "versions": versions(["tensorflow", "keras"]), "n_layer": args.n_layer,
                           "batch": args.batch, "steps": args.steps, "pairs": args.pairs, "median": med,
                           "ratio": ratio, **res})

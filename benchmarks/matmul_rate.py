@@ -34,7 +34,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from bench_util import cpu_flags, cpu_model, versions, write_json  # noqa: E402
+from bench_util import PROTO, cpu_flags, cpu_model, versions, write_json  # noqa: E402
 
 D, F, LAYERS = 768, 3072, 12
 SIDES = ("tf_onednn", "tf_eigen", "ort")
@@ -82,19 +82,18 @@ def tf_side(ws):
 
 
 def ort_side(ws):
-    import onnx
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
     nodes, inits, x = [], [], "x"
+
+    def op(kind, a, b, out):
+        nodes.append(helper.make_node(kind, [a, b], [out]))
+        return out
+
     for i, w in enumerate(ws):
         for k, v in w.items():
             inits.append(numpy_helper.from_array(v, f"{k}{i}"))
-
-        def op(kind, a, b, out):
-            nodes.append(helper.make_node(kind, [a, b], [out]))
-            return out
-
         s = op("Add", op("Add", op("MatMul", x, f"q{i}", f"q_{i}"), op("MatMul", x, f"k{i}", f"k_{i}"), f"qk_{i}"),
                op("MatMul", x, f"v{i}", f"v_{i}"), f"qkv_{i}")
         x = op("Add", x, op("MatMul", s, f"o{i}", f"a_{i}"), f"x1_{i}")
@@ -107,7 +106,6 @@ def ort_side(ws):
     so.intra_op_num_threads, so.inter_op_num_threads = 2, 1
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    _ = onnx  # the graph is checked by ORT itself when the session loads it
     return lambda a: sess.run(None, {"x": a})[0]
 
 
@@ -139,7 +137,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     Ts = [int(t) for t in args.lengths.split(",")]
     if args.worker:
-        print("@@" + json.dumps(worker(args.worker, Ts, args.calls)), flush=True)
+        print(PROTO + json.dumps(worker(args.worker, Ts, args.calls)), flush=True)
         return 0
     rounds = []
     for r in range(args.rounds):
@@ -149,10 +147,10 @@ def main(argv=None) -> int:
                        TF_ENABLE_ONEDNN_OPTS="0" if side == "tf_eigen" else "1")
             p = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", side, "--lengths",
                                 args.lengths, "--calls", str(args.calls)], env=env, capture_output=True, text=True)
-            line = next((ln for ln in p.stdout.splitlines() if ln.startswith("@@")), None)
+            line = next((ln for ln in p.stdout.splitlines() if ln.startswith(PROTO)), None)
             if line is None:
                 raise SystemExit(f"{side} failed:\n{p.stderr[-3000:]}")
-            row[side] = json.loads(line[2:])
+            row[side] = json.loads(line[len(PROTO):])
             sys.stderr.write(f"round {r + 1} {side}: " + ", ".join(f"T {T} {v['ms']:.1f} ms"
                                                                    for T, v in row[side].items()) + "\n")
         rounds.append(row)

@@ -81,8 +81,9 @@ SST2_STEPS = 250
 @pytest.mark.outcome
 def test_fit_on_raw_sst2_text_learns_saves_and_exports(tmp_path):
     """The README's example at small scale: the suite's SST-2 recipe (tiny model, length 48, 5e-4, but
-    ``SST2_STEPS`` steps of 32) through fit on raw sentences reaches the command line's floor on the dev set; the .keras file loads
-    without custom_objects and predicts the same logits; the export serves raw text with the same logits."""
+    ``SST2_STEPS`` steps of 32) through fit on raw sentences reaches the command line's floor on the dev set; the
+    .keras file loads without custom_objects and predicts the same logits; the export serves raw text with the same
+    logits."""
     import keras
     import tensorflow as tf
 
