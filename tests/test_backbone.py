@@ -63,6 +63,7 @@ def _inputs(b=2, q=7, seed=0):
     return ids, seg, mask
 
 
+@pytest.mark.slow
 def test_dropout_only_in_training():
     m = XLNetModel(XLNetConfig(**TINY, dropout=0.3, dropatt=0.3))
     ids, seg, mask = _inputs()
@@ -175,6 +176,7 @@ def test_dropout_masks_rate_scale_and_sites(table):
     assert table.dropout(x, 0.3, None, 1) is x and table.dropout(x, 0.0, seed, 1) is x
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fn", ["gelu_dropout", "dropout_add_ln", "dropout_add_ln_bias", "attention_core",
                                 "attention_core_no_dropatt"])
 def test_fused_training_sites_match_plain_ops_with_gradients(fn):
@@ -255,6 +257,7 @@ def test_positional_basis_projects_like_the_encoding(run, qlen, mlen):
     np.testing.assert_allclose(factored.numpy(), dense.numpy(), rtol=0, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_accelerations_are_chosen_in_one_place_with_the_reason(caplog):
     """``accel.choose`` names what runs and why it may not, and a traced forward pass logs it once."""
     plain = accel.choose(XLNetConfig(**TINY, accelerate=False), tf.float32, False, False)
@@ -324,6 +327,7 @@ def test_bi_data_requires_even_batch():
         m(np.ones((3, 4), np.int32))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bi_data", [False, True])
 @pytest.mark.parametrize("mode", ["per_example", "shared"])
 def test_positional_encoding_dropout_per_example(monkeypatch, bi_data, mode):

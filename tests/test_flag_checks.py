@@ -128,6 +128,7 @@ def test_legal_but_unintended_settings_warn(glue, tmp_path):
 
 
 # --------------------------------------------------------------------------------------------- the files the flags name
+@pytest.mark.slow
 def test_bad_inputs_get_one_line_before_training(glue, tmp_path):
     not_spm = tmp_path / "spiece.model"
     not_spm.write_text("not a model")

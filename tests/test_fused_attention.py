@@ -137,6 +137,7 @@ def op_types(fn, *args):
     return graph_op_types(fn.get_concrete_function(*args).graph.as_graph_def())
 
 
+@pytest.mark.slow
 @needs_kernel
 @pytest.mark.parametrize("run", [dict(), dict(mem_len=5), dict(attn_type="uni", same_length=True, mem_len=4),
                                  dict(two_stream=True)])
@@ -243,6 +244,7 @@ def test_stamp_is_checked(tmp_path, monkeypatch):
     assert "python -m xlnet_tf.accel.kernels build" in kernels.status()
 
 
+@pytest.mark.slow
 @needs_kernel
 def test_saved_models_never_contain_the_kernel(tmp_path, monkeypatch):
     """``export.save_atomically`` traces under ``portable_graph``: a SavedModel loads where the op library is

@@ -88,6 +88,7 @@ def stsb(tokenizer):
 
 
 # ---------------------------------------------------------------------------------------------- the backbone
+@pytest.mark.slow
 @pytest.mark.parametrize("options", [{}, dict(ff_activation="gelu_exact", untie_r=False, bi_data=True, clamp_len=5,
                                               layer_norm_eps=1e-5, mem_len=8)], ids=["released", "other_options"])
 def test_backbone_loads_into_xlnet_model_and_lm_head_model_with_the_same_outputs(sst2, tmp_path, options):
@@ -186,6 +187,7 @@ def test_sequence_classification_same_logits_on_glue_dev(task, regression, summa
         assert np.max(np.abs(probs - torch.softmax(torch.from_numpy(logits), -1).numpy())) <= TOL
 
 
+@pytest.mark.slow
 def test_multiple_choice_same_scores_on_race_dev(tokenizer, tmp_path):
     from xlnet_tf.tasks.race import reader as race
     from xlnet_tf.tasks.race.features import encode_race

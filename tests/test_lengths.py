@@ -35,6 +35,7 @@ def test_padded_length_rounds_up_to_8_within_max():
     assert [int(padded_length(tf.constant(n), 36, 8)) for n in (1, 17, 33, 36)] == [8, 24, 36, 36]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("head_kind,summary", [("classification", "last"), ("classification", "mean"),
                                                ("race", "last")])
 def test_same_logits_at_any_padded_length(head_kind, summary):

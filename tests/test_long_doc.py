@@ -80,6 +80,7 @@ def test_windows_layout(tok):
     assert one == {k: [v] for k, v in F.build_features(ids[:10], None, L, tok.sep_id, tok.cls_id).items()}
 
 
+@pytest.mark.slow
 def test_one_window_document_gives_todays_output(tok, models, reviews):
     from xlnet_tf.tasks.classification import features as F
 
@@ -114,6 +115,7 @@ def test_last_sentence_counts_in_memory_mode_only(tok, models, reviews):
     assert np.abs(first[0] - m[0]).max() > 1e-6
 
 
+@pytest.mark.slow
 def test_serving_windows_match_python(tok, reviews):
     import tensorflow as tf
 
@@ -226,6 +228,7 @@ def test_memory_mode_refuses_pair_tasks_and_a_model_without_memory(tok):
     assert run("imdb", L).feature_spec()["input_ids"] == ("int64", (2, L))
 
 
+@pytest.mark.slow
 def test_extract_features_memory_vectors_match_the_model_loop(tok, reviews):
     from extract_features import document_vectors
     from xlnet_tf.heads.features import FeatureHead

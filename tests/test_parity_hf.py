@@ -125,6 +125,7 @@ def left_padded_batch(rng, b=3, q=10):
     return ids, seg, mask
 
 
+@pytest.mark.slow
 def test_padding_three_segments_and_lm_logits(original_ckpt, attn_chunk):
     rng = np.random.default_rng(1)
     ids, seg, mask = left_padded_batch(rng)

@@ -215,6 +215,7 @@ def test_streams_continue_and_bi_data_reversed(tiny_records):
         np.testing.assert_array_equal(ws, want)
 
 
+@pytest.mark.slow
 @needs_spiece
 def test_dataset_batches_keep_stream_order(tiny_records):
     L, R = tiny_records["seq_len"], tiny_records["reuse_len"]
@@ -269,6 +270,7 @@ def test_spm_train_special_ids(tmp_path):
 
 
 # ------------------------------------------------------------------------------------ masked LM (BERT-style)
+@pytest.mark.slow
 def test_mlm_masking_rate_and_replacements():
     """15% of the non-SEP/CLS pieces selected (exactly round(0.15 L) per sequence), 80/10/10 mask/random/kept,
     targets = the original ids in position order, deterministic per seed."""

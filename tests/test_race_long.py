@@ -99,6 +99,7 @@ def test_window_layout_on_real_articles(tok, examples):
     assert long_seen > 100 and capped_seen > 50
 
 
+@pytest.mark.slow
 def test_one_window_article_gives_todays_output(tok, examples, models):
     from xlnet_tf.tasks.race import features as R
 
@@ -119,6 +120,7 @@ def test_one_window_article_gives_todays_output(tok, examples, models):
     np.testing.assert_allclose(mem(batch(mixed))["logits"].numpy()[:3], b, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_article_end_counts_in_memory_mode_only_and_its_start_reaches_through_memory(tok, examples, models):
     from xlnet_tf.tasks.race import features as R
 
@@ -187,6 +189,7 @@ def test_window_dataset_and_training_step(tok, examples, tmp_path):
     assert np.isfinite(loss.numpy()) and sorted(none) == ["xlnet/lm_bias", "xlnet/mask_emb"], none  # pretraining only
 
 
+@pytest.mark.slow
 def test_serving_windows_match_python_and_the_model(tok, examples, models):
     """The export's in-graph windows (whole articles, no cap) == ``encode_race(windows=True)`` right-aligned to the
     batch's most windows; the served answer == the model on the Python windows. (``serving_default`` traces these

@@ -141,6 +141,7 @@ def test_cli_heads_are_the_heads_own_descriptions():
     assert cli_head("none", cfg) == ram.NO_HEAD
 
 
+@pytest.mark.slow
 def test_a_new_head_is_estimated_without_editing_ram(monkeypatch):
     """A head defined here, unknown to xlnet_tf/ram.py, describes itself; the estimate and the runs' memory
     check (``run_common.check_memory``) count it from that description alone."""

@@ -284,6 +284,7 @@ ALIGNMENT_CASES = [UNICODE_CONTEXT, LONG_CONTEXT[:300], "", "   ", "a", "```` ''
                    "日本語のテキスト、そして１２３"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options", [{}, {"lower": True}, {"keep_accents": True}, {"remove_space": False}])
 def test_in_graph_piece_spans_equal_python(files, options):
     """In-graph pieces + ORIGINAL character spans == data.squad.tokenize_with_offsets (every preprocessing

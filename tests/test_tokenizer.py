@@ -114,6 +114,7 @@ def tf_toks(tok, tf):
     return {(f["lower"], f["keep_accents"]): XLNetTokenizer(str(SPIECE), **f).tf_tokenizer() for f in FLAGS}
 
 
+@pytest.mark.slow
 @needs_spiece
 @pytest.mark.parametrize("flags", FLAGS, ids=lambda f: f"lower={f['lower']}-keep_accents={f['keep_accents']}")
 def test_in_graph_tricky(tf, tf_toks, flags):
@@ -276,6 +277,7 @@ def corpus(tok):
     return texts, [tok.tokenize(t) for t in texts]
 
 
+@pytest.mark.slow
 @needs_spiece
 def test_parity_with_huggingface(tok, corpus):
     """Pieces and ids equal HF's slow XLNetTokenizer on every string.
@@ -335,6 +337,7 @@ def _in_graph_differences(py, tt, texts, tf):
     return out
 
 
+@pytest.mark.slow
 @needs_spiece
 def test_in_graph_parity_real_text(tok, tf, tf_toks, corpus):
     """The in-graph ids equal ``encode`` on every real string. tensorflow-text's bundled SentencePiece breaks
@@ -409,6 +412,7 @@ def assert_ties_only(tok, got_pieces, whole_pieces):
     return len(differ)
 
 
+@pytest.mark.slow
 def test_first_ids_equal_the_whole_texts_at_every_budget(sp_tok, imdb_reviews, monkeypatch):
     """``encode(first=n)`` == ``encode()[:n]`` exactly, on real reviews (alone and joined into texts of ~80,000
     characters) at budgets from 1 to beyond the text, with the default prefixes and with prefixes of 50
@@ -433,6 +437,7 @@ TRICKY_PARTS = ["the", "cat", "1,000,", "12,", "3,4", "``quoted''", "\u00a8", "e
                 "U.S.A.", "\u2014", "\u00bd", "x\u200by", "\u0130stanbul", "\u01c5", " \u00a8"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lower, keep_accents", [(False, False), (True, False), (False, True), (True, True)])
 def test_parts_are_exact_on_tricky_text(lower, keep_accents, monkeypatch):
     """Random texts of whitespace runs of every kind, marks that become spaces ("¨"), ligatures, a final sigma,
@@ -468,6 +473,7 @@ def test_whitespace_runs_are_found_as_python_splits_them():
                for c in range(0x110000) if not 0xD800 <= c < 0xE000)
 
 
+@pytest.mark.slow
 def test_last_ids_and_long_squad_contexts_differ_from_the_whole_only_by_float32_ties(sp_tok, imdb_reviews,
                                                                                       monkeypatch):
     """Up to ``WHOLE_CHARS`` characters ``last`` is the whole text's ids exactly (real reviews). A longer text (here

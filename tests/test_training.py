@@ -77,6 +77,7 @@ def test_balanced_groups_cover_every_index_once():
     assert optimization.balanced_groups([5, 5, 5], 1) == [[0, 1, 2]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bias_correction", [True, False])
 def test_update_in_groups_is_apply_of_the_scaled_gradients(bias_correction):
     """AdamW.apply_in_groups (the Trainer's jit "update": one XLA cluster per group, run at once) gives the same
@@ -276,6 +277,7 @@ def test_mixed_precision_runs_and_restores_policy(precision):
         assert int(tr.optimizer.iterations.numpy()) + skipped == 3 and skipped < 2
 
 
+@pytest.mark.slow
 def test_float16_overflow_skips_update():
     tr = training.Trainer(make_model(), make_dataset_fn(4),
                           config(precision="mixed_float16", train_steps=1, initial_loss_scale=2.0 ** 100))
@@ -370,6 +372,7 @@ def test_multi_worker_mirrored_two_local_workers(tmp_path):
                                             "train_history.json"]
 
 
+@pytest.mark.slow
 def test_checkpoint_of_another_shape_is_one_clear_error(tmp_path):
     from xlnet_tf.tf_checkpoint import CheckpointError
 
