@@ -110,14 +110,14 @@ def test_recompute_same_loss_and_gradients(chunk, monkeypatch):
     ids, seg, mask = _inputs()
     tm = np.eye(7, dtype=np.float32)[None, 2:5].repeat(2, 0)
     perm = np.triu(np.ones((7, 7), np.float32))[None].repeat(2, 0)
-    results = []
+    results, base_weights = [], None
     for recompute in (False, True):
         m = XLNetModel(XLNetConfig(**TINY, dropout=0.2, dropatt=0.2, recompute=recompute), seed=3)
-        if results:
+        if base_weights is None:
+            base_weights = [w.numpy() for w in m.weights]
+        else:
             for a, b in zip(m.weights, base_weights):
                 a.assign(b)
-        else:
-            base_weights = [w.numpy() for w in m.weights]
         with tf.GradientTape() as tape:
             out = m(ids, segment_ids=seg, padding_mask=mask, perm_mask=perm, target_mapping=tm, training=True)
             loss = tf.reduce_mean(tf.square(out["sequence_output"])) + tf.reduce_mean(

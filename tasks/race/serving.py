@@ -29,8 +29,7 @@ import tensorflow as tf
 from xlnet_tf.export import (SEG_PAD_CLASSIFIER, ServingModule, batch_length, constant_rows, float32_outputs,
                              keep_first, keep_last, pad_rows)
 from xlnet_tf.tasks.race.features import check_lengths
-
-NUM_CHOICES = 4
+from xlnet_tf.tasks.race.reader import NUM_CHOICES
 
 
 def fill_blanks(question: tf.Tensor, option: tf.Tensor) -> tf.Tensor:
