@@ -92,6 +92,19 @@ def text_parts(text: str, size: int, from_end: bool = False) -> Iterator[Tuple[i
         end = start
 
 
+class _KeepUncombined(dict):
+    """``str.translate``'s table for the accent rule: a code point maps to nothing when it is a combining character
+    (``unicodedata.combining(c) != 0``), to itself otherwise; filled in as characters are met (a lookup in C per
+    character instead of a Python call)."""
+
+    def __missing__(self, code_point: int):
+        self[code_point] = None if unicodedata.combining(chr(code_point)) else code_point
+        return self[code_point]
+
+
+_KEEP = _KeepUncombined()
+
+
 def preprocess_text(text: str, lower: bool = False, remove_space: bool = True,
                     keep_accents: bool = False) -> str:
     """The original XLNet text normalisation (before SentencePiece)."""
@@ -100,9 +113,8 @@ def preprocess_text(text: str, lower: bool = False, remove_space: bool = True,
     else:
         out = text
     out = out.replace("``", '"').replace("''", '"')
-    if not keep_accents:
-        out = unicodedata.normalize("NFKD", out)
-        out = "".join(c for c in out if not unicodedata.combining(c))
+    if not keep_accents and not out.isascii():  # (ASCII text has no accent to strip and is its own NFKD)
+        out = unicodedata.normalize("NFKD", out).translate(_KEEP)
     if lower:
         out = out.lower()
     return out
