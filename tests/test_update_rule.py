@@ -390,8 +390,9 @@ def _check_head_gradients(head, features, hidden, numpy_loss, variables):
     want = _finite_difference(numpy_loss, arrays)
     for v, g, w in zip(["sequence_output"] + [v.path for v in variables], got, want):
         g = tf.convert_to_tensor(g).numpy()
-        # (the start bias has a zero gradient: every use of the start logits is shift invariant)
-        assert np.linalg.norm(g - w) <= 1e-4 * max(np.linalg.norm(w), 1e-3), (v, np.linalg.norm(g - w), w)
+        # (a logits bias has a zero gradient where every use of its logits is shift invariant, such as the start
+        # bias and RACE's; float32 leaves ~1e-7 of rounding there, seen at 1.19e-7, hence the absolute 1e-6)
+        assert np.linalg.norm(g - w) <= 1e-4 * np.linalg.norm(w) + 1e-6, (v, np.linalg.norm(g - w), w)
 
 
 def test_span_head_loss_gradients_match_numpy():
