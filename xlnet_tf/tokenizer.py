@@ -105,6 +105,11 @@ class _KeepUncombined(dict):
 _KEEP = _KeepUncombined()
 
 
+def strip_accents(text: str) -> str:
+    """The accent rule: NFKD, then every combining character dropped (ASCII text has none and is its own NFKD)."""
+    return text if text.isascii() else unicodedata.normalize("NFKD", text).translate(_KEEP)
+
+
 def preprocess_text(text: str, lower: bool = False, remove_space: bool = True,
                     keep_accents: bool = False) -> str:
     """The original XLNet text normalisation (before SentencePiece)."""
@@ -113,8 +118,8 @@ def preprocess_text(text: str, lower: bool = False, remove_space: bool = True,
     else:
         out = text
     out = out.replace("``", '"').replace("''", '"')
-    if not keep_accents and not out.isascii():  # (ASCII text has no accent to strip and is its own NFKD)
-        out = unicodedata.normalize("NFKD", out).translate(_KEEP)
+    if not keep_accents:
+        out = strip_accents(out)
     if lower:
         out = out.lower()
     return out

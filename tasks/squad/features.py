@@ -28,7 +28,6 @@ import hashlib
 import json
 import multiprocessing
 import os
-import unicodedata
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
@@ -38,7 +37,7 @@ from xlnet_tf.data import tfrecord_io
 from xlnet_tf.tasks.squad.metrics import normalize_answer
 from xlnet_tf import hardware
 from xlnet_tf.fileutil import stat_identity, write_json
-from xlnet_tf.tokenizer import SPIECE_UNDERLINE, WHOLE_CHARS, XLNetTokenizer, text_parts
+from xlnet_tf.tokenizer import SPIECE_UNDERLINE, WHOLE_CHARS, XLNetTokenizer, strip_accents, text_parts
 
 LAYOUT_VERSION = 1
 SEG_P, SEG_Q, SEG_CLS, SEG_PAD = 0, 1, 2, 3
@@ -58,8 +57,8 @@ _WS_TABLE = np.array([chr(i).isspace() for i in range(0x3001)] + [False])  # eve
 
 
 def _char_out(c: str, lower: bool, keep_accents: bool) -> str:
-    if not keep_accents and not c.isascii():
-        c = "".join(x for x in unicodedata.normalize("NFKD", c) if not unicodedata.combining(x))
+    if not keep_accents:
+        c = strip_accents(c)
     return c.lower() if lower else c
 
 
