@@ -1,10 +1,12 @@
 """kill -9 at the moments where a run writes (TFRecords, training, a checkpoint, the export) and at random
-times: the next run of the same command finishes with exactly the uninterrupted run's results, export and every
-saved tensor (weights, Adam slots, step, dropout seed), or refuses with one clear line; nothing half-written is
-trusted. The killed runs are processes (kill -9 is the point); the uninterrupted reference (a process too: its
-duration sets the random kill times; started in the background while the module's first kill runs) and each
-rerun after a kill run in-process through run_classifier's ``main``. Ctrl-C (SIGINT) ends a run in one line saying
-where to resume from, and the run resumes from any working directory."""
+times: the next run of the same command picks up what the killed one left, and the last one finishes with exactly
+the uninterrupted run's results, export and every saved tensor (weights, Adam slots, step, dropout seed), or
+refuses with one clear line; nothing half-written is trusted. One folder takes the kills in turn (each run after a
+kill starts from what the killed one left, so each kill's leftovers are read by a real rerun, and one training run
+carries every check); the killed runs are processes (kill -9 is the point); the uninterrupted reference (a process
+too: its duration sets the random kill times; started in the background while the first kill runs) and the last
+rerun run in-process through run_classifier's ``main``. Ctrl-C (SIGINT) ends a run in one line saying where to
+resume from, and the run resumes from any working directory."""
 
 import json
 import os
@@ -133,16 +135,24 @@ def reference(started_reference):
             "served": serve(out / "export"), "tensors": saved_tensors(out / "run" / "model")}
 
 
-@pytest.mark.parametrize("phase", ["tfrecords", "checkpoint", "export", "random-1", "random-2"])
-def test_killed_run_then_rerun_gives_the_uninterrupted_result(setup, started_reference, phase, request):
-    out, cmd = command(setup, f"killed-{phase}")
-    if phase.startswith("random"):  # a time within the uninterrupted run's duration
-        seconds = request.getfixturevalue("reference")["seconds"]
-        when, deadline = random.Random(phase).uniform(0.5, seconds), seconds * 3
-    else:
-        when, deadline = phase, 600
-    seen = kill_during(cmd, out, when, deadline=deadline)
-    print(f"\n{phase}: killed while {seen or 'nothing was being written'}")
+# The kills in the order one folder takes them: each named write is caught under way; the random ones fall within the
+# first 60% of the uninterrupted run's duration (a rerun resumes with less left to do, and must still be running).
+KILLS = ["tfrecords", "random-1", "checkpoint", "random-2", "export"]
+
+
+def test_killed_runs_then_rerun_give_the_uninterrupted_result(setup, started_reference, request):
+    out, cmd = command(setup, "killed")
+    seen = []
+    for phase in KILLS:
+        if phase.startswith("random"):
+            seconds = request.getfixturevalue("reference")["seconds"]
+            when, deadline = random.Random(phase).uniform(0.5, 0.6 * seconds), seconds * 3
+        else:
+            when, deadline = phase, 600
+        seen.append(kill_during(cmd, out, when, deadline=deadline))
+        print(f"\n{phase}: killed while {seen[-1] or 'nothing was being written'}")
+    # each named write was under way when its kill came (the random ones may find any moment, or none)
+    assert [w for p, w in zip(KILLS, seen) if not p.startswith("random")] == ["tfrecords", "checkpoint", "export"], seen
     reference = request.getfixturevalue("reference")
     r = rerun(cmd)
     if r.code == 2:  # a refusal is allowed, as one clear line
