@@ -30,7 +30,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from xlnet_tf import checkpoint, hardware
+from xlnet_tf import checkpoint, datasets, hardware
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.lengths import default_multiple, padded_length
 from xlnet_tf.task_model import TaskModel
@@ -319,7 +319,7 @@ class XLNetTask(TaskModel):
                                           num_parallel_calls=tf.data.AUTOTUNE)
         if micro_batches > 1:
             ds = ds.batch(micro_batches, drop_remainder=True)
-        return ds.prefetch(tf.data.AUTOTUNE)
+        return datasets.for_iteration(ds.prefetch(tf.data.AUTOTUNE))
 
     def _preprocess(self, *element, length=None):
         if len(element) == 1 or not self.labelled(element):

@@ -140,6 +140,21 @@ def test_raw_text_becomes_the_command_lines_features():
             assert set(feats["segment_ids"][i].numpy()[:-n]) <= {4}
 
 
+
+def test_every_dataset_the_model_reads_has_autotune_off():
+    """Raw strings, a dict of features and a user's tf.data all reach fit/evaluate/predict with tf.data's
+    autotuning off (xlnet_tf/datasets.py: deleting an autotuned iterator waits up to 60 s)."""
+    import tensorflow as tf
+
+    model = _classifier(L=64)
+    texts = np.array(["a gripping, beautifully acted film", "dull and far too long"])
+    features = {k: v.numpy() for k, v in model.text_features(texts).items()}
+    for x in (texts, features, tf.data.Dataset.from_tensor_slices(texts).batch(2)):
+        for training in (True, False):
+            ds = model.as_dataset(x, None, 2, shuffle=training, training=training)
+            assert ds.options().autotune.enabled is False, (type(x), training)
+
+
 @pytest.mark.slow
 def test_callbacks_and_a_killed_fit_resumed(tmp_path):
     """EarlyStopping (restore_best_weights), ModelCheckpoint (.keras), TensorBoard and BackupAndRestore in one

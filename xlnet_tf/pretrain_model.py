@@ -51,7 +51,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from xlnet_tf import checkpoint
+from xlnet_tf import checkpoint, datasets
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.modeling import WrapsBackbone, XLNetModel
 
@@ -194,6 +194,8 @@ def evaluate_plm(model: PretrainModel, dataset: Iterable, steps: Optional[int] =
         _EVAL_STEPS[model] = step
     total, count, uni, n = 0.0, 0.0, 0.0, 0
     mems = None
+    if isinstance(dataset, tf.data.Dataset):
+        dataset = datasets.for_iteration(dataset)
     for features in dataset:
         if steps is not None and n >= steps:
             break

@@ -38,7 +38,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from xlnet_tf import checkpoint_files, hardware
+from xlnet_tf import checkpoint_files, datasets, hardware
 # (the loop's neighbours, one job each; their names stay readable as training.X)
 from xlnet_tf.checkpoint_files import HISTORY_FILE, resume_point, write_history  # noqa: F401
 from xlnet_tf.device_policy import check_precision, default_jit, device_kind, update_groups  # noqa: F401
@@ -151,7 +151,7 @@ class Trainer:
         k = self.config.grad_accum_steps
 
         def fn(ctx):
-            ds = self._dataset_fn(ctx).batch(k, drop_remainder=True)
+            ds = datasets.for_iteration(self._dataset_fn(ctx)).batch(k, drop_remainder=True)
             per_pipeline = ctx.num_replicas_in_sync // ctx.num_input_pipelines  # elements consumed per step
             return ds.skip(skip * per_pipeline) if skip else ds
 
@@ -281,7 +281,7 @@ def predict(model, dataset: tf.data.Dataset, strategy: Optional[tf.distribute.St
     """
     strategy = strategy or tf.distribute.get_strategy()
     output_fn = output_fn or (lambda features, outputs: outputs)
-    dist = strategy.experimental_distribute_dataset(dataset)
+    dist = strategy.experimental_distribute_dataset(datasets.for_iteration(dataset))
     forward = lambda f: dict(output_fn(f, model(f, training=False)))  # noqa: E731
     policy = getattr(getattr(model, "dtype_policy", None), "name", "float32")
     if policy in hardware.PRECISIONS:
