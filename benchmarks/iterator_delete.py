@@ -1,10 +1,12 @@
 """How long deleting a tf.data iterator takes after it lived N seconds, tf.data's autotuning on (TensorFlow's
 default) and off (``xlnet_tf.datasets.for_iteration``, what the library iterates). The pipeline is the shape of
-ours: a parallel map (AUTOTUNE), a batch, a prefetch (AUTOTUNE); it is read every 50 ms while ``--busy`` other processes
-(default 2: one per core here) keep the cores busy, as a second job or a test worker does. Measured: with the
-cores otherwise idle, or busy with this process's own matrix products, the wait did not come (25 s -> 0.2 s).
+ours: a parallel map (AUTOTUNE), a batch, a prefetch (AUTOTUNE); it is read every 50 ms while ``--busy`` other
+processes (default 2: one per core here) keep the cores busy, as a second job or a test worker does. The wait is
+intermittent (PERFORMANCE.md "Deleting a tf.data iterator"): with the cores otherwise idle, or busy with this
+process's own matrix products, it did not come (25 s -> 0.2 s).
 
-    python benchmarks/iterator_delete.py [--lifetimes 5,25,60] [--busy 2] [--json benchmarks/results/iterator_delete.json]
+    python benchmarks/iterator_delete.py [--lifetimes 5,25,60] [--busy 2]
+        [--json benchmarks/results/iterator_delete.json]
 """
 
 import argparse

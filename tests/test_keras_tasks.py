@@ -140,7 +140,6 @@ def test_raw_text_becomes_the_command_lines_features():
             assert set(feats["segment_ids"][i].numpy()[:-n]) <= {4}
 
 
-
 def test_every_dataset_the_model_reads_has_autotune_off():
     """Raw strings, a dict of features and a user's tf.data all reach fit/evaluate/predict with tf.data's
     autotuning off (xlnet_tf/datasets.py: deleting an autotuned iterator waits up to 60 s)."""

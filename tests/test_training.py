@@ -315,7 +315,6 @@ def test_predict_float16_model_on_cpu():
     np.testing.assert_allclose(out["logits"], model(data)["logits"].numpy(), atol=5e-3)
 
 
-
 def test_the_loop_and_predict_iterate_with_autotune_off(tmp_path, monkeypatch):
     """The training loop and ``predict`` read their datasets through ``datasets.for_iteration`` (tf.data's
     autotuning off: deleting an autotuned iterator waits out its optimisation thread's sleep, up to 60 s;
@@ -323,10 +322,16 @@ def test_the_loop_and_predict_iterate_with_autotune_off(tmp_path, monkeypatch):
     from xlnet_tf import datasets
 
     seen, real = [], datasets.for_iteration
-    monkeypatch.setattr(datasets, "for_iteration", lambda ds: seen.append(real(ds)) or seen[-1])
+
+    def recorded(ds):
+        seen.append(real(ds))
+        return seen[-1]
+
+    monkeypatch.setattr(datasets, "for_iteration", recorded)
     training.train(make_model(), make_dataset_fn(4), config(model_dir=str(tmp_path), train_steps=1))
     assert len(seen) == 1
-    training.predict(make_model()(), tf.data.Dataset.from_tensor_slices({k: v[:4] for k, v in toy_data().items()}).batch(4))
+    data = tf.data.Dataset.from_tensor_slices({k: v[:4] for k, v in toy_data().items()}).batch(4)
+    training.predict(make_model()(), data)
     assert len(seen) == 2 and all(ds.options().autotune.enabled is False for ds in seen)
 
 

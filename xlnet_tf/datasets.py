@@ -5,7 +5,7 @@ tf.data's autotuning is off. Its optimisation thread sleeps for periods that dou
 iterator waits for the thread's current sleep to end: an iterator that lived 25 s took 16 s to delete, one of
 40 s took 1 s (TensorFlow 2.21, PERFORMANCE.md "Deleting a tf.data iterator"). That wait fell at the end of each
 training run and evaluation, or wherever the garbage collector met an old iterator. Without autotuning, the
-pipelines' ``AUTOTUNE`` values take tf.data's fixed defaults (parallel calls: the CPU count)."""
+pipelines' ``AUTOTUNE`` values are not tuned while they run."""
 
 import tensorflow as tf
 

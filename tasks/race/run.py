@@ -135,9 +135,11 @@ class RaceRun(runner.TaskSpec):
         return finetune.predict_with_labels(model, ds, self.finetuner.strategy), ds
 
     def evaluate(self, model, step):
+        from xlnet_tf import datasets
+
         split = self.data.eval_split
         out, ds = self._predict(model, split, self.options.eval_batch_size)
-        levels = np.concatenate([b.numpy() for b in ds.map(lambda f: f["level"])])
+        levels = np.concatenate([b.numpy() for b in datasets.for_iteration(ds.map(lambda f: f["level"]))])
         keep = out["label"] >= 0
         if not keep.any():
             raise ValueError(f"RACE {split}: no labelled questions to score (use --do_predict)")
