@@ -142,7 +142,7 @@ def document_vectors(model, windows, batch_size):
 
     head = model.head
 
-    @tf.function
+    @tf.function(autograph=False)
     def window(ids, seg, mask, mems, mem_mask):
         out, mems, mem_mask = model.window_step(ids, seg, mask, mems, mem_mask, output_hidden_states=True)
         return head(out, {"padding_mask": mask})["tokens"], mems, mem_mask

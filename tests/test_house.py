@@ -137,3 +137,43 @@ def test_importing_the_library_sets_no_process_settings():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_", "XLNET_TF"))}
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def _tf_functions_with_autograph(source: str, path: str = "<source>"):
+    """(line) of every ``tf.function`` in ``source`` (a decorator, bare or called, or a call) that does not pass
+    ``autograph=False``."""
+    found = []
+    for node in ast.walk(ast.parse(source, path)):
+        targets = []
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            targets = [d for d in node.decorator_list if not isinstance(d, ast.Call)]
+        elif isinstance(node, ast.Call):
+            targets = [node]
+        for t in targets:
+            func = t.func if isinstance(t, ast.Call) else t
+            if isinstance(func, ast.Attribute) and func.attr == "function" and \
+                    isinstance(func.value, ast.Name) and func.value.id == "tf":
+                off = isinstance(t, ast.Call) and any(
+                    k.arg == "autograph" and isinstance(k.value, ast.Constant) and k.value.value is False
+                    for k in t.keywords)
+                if not off:
+                    found.append(t.lineno)
+    return found
+
+
+def test_every_tf_function_traces_without_autograph():
+    """The project writes its graph control flow itself (``tf.while_loop``, ``tf.cond``), so every ``tf.function``
+    it makes passes ``autograph=False``: AutoGraph's source rewriting of every function a trace reaches cost
+    ~2.5 s of each run's first step (PERFORMANCE.md "Time to the first step"), and a Python ``if`` on a tensor then
+    fails at trace time instead of being rewritten silently."""
+    files = [os.path.join(root, f) for top in ("xlnet_tf", "heads", "tasks", "data")
+             for root, _, names in os.walk(os.path.join(REPO, top)) for f in names if f.endswith(".py")]
+    files += [os.path.join(REPO, f) for f in os.listdir(REPO) if f.endswith(".py")]
+    bad = {os.path.relpath(p, REPO): lines for p in files
+           if (lines := _tf_functions_with_autograph(open(p, encoding="utf-8").read(), p))}
+    assert not bad, bad
+    assert len(files) > 50
+    assert _tf_functions_with_autograph("@tf.function\ndef f(): pass\n") == [1]  # the check finds each form
+    assert _tf_functions_with_autograph("g = tf.function(f, jit_compile=True)\n") == [1]
+    assert _tf_functions_with_autograph("@tf.function(input_signature=[])\ndef f(): pass\n") == [1]
+    assert _tf_functions_with_autograph("g = tf.function(f, autograph=False)\n") == []

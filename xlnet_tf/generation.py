@@ -244,7 +244,7 @@ class Generator:
             spec = tf.TensorSpec([None, None], tf.int32)
             report = self._report if self.progress_every is not None else None
 
-            @tf.function(input_signature=[spec, spec, CONTROL_SPECS])
+            @tf.function(input_signature=[spec, spec, CONTROL_SPECS], autograph=False)
             def run(input_ids, padding_mask, c):
                 return generate_graph(self.model, input_ids, padding_mask, do_sample, c, report)
 
@@ -359,14 +359,14 @@ class GenerationModule(tf.Module):
         return {"text": self.tokenizer.detokenize(new), "ids": new}
 
     def signatures(self):
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")], autograph=False)
         def generate(text):
             return self._run(text, False, controls(self.options))
 
         sampled = ("seed", "temperature", "top_k", "top_p")
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")]
-                     + [CONTROL_SPECS[k] for k in sampled])
+                     + [CONTROL_SPECS[k] for k in sampled], autograph=False)
         def sample(text, seed, temperature, top_k, top_p):
             c = dict(controls(self.options), seed=seed, temperature=temperature, top_k=top_k, top_p=top_p)
             return self._run(text, True, c)

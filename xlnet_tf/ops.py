@@ -23,7 +23,7 @@ import tensorflow as tf
 
 def xla(fn):
     """``fn`` as one XLA-compiled function (traced per input signature)."""
-    return tf.function(fn, jit_compile=True, reduce_retracing=True)
+    return tf.function(fn, jit_compile=True, reduce_retracing=True, autograph=False)
 
 
 # ---------------------------------------------------------------------------------------------- activation

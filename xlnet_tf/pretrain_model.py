@@ -186,7 +186,7 @@ def evaluate_plm(model: PretrainModel, dataset: Iterable, steps: Optional[int] =
     """
     step = _EVAL_STEPS.get(model)
     if step is None:  # one traced function per model (evaluations during training reuse it)
-        @tf.function
+        @tf.function(autograph=False)
         def step(features, mems):
             out = model(features, training=False, mems=mems)
             return tf.reduce_sum(model.token_losses(features, out)), out.get("new_mems")

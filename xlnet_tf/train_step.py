@@ -102,10 +102,10 @@ class UpdateRule:
         if grouped:
             self.apply_update = self._grouped_update()
         elif self.jit == "update":  # XLA fuses the optimizer's per-weight elementwise chain
-            self.apply_update = tf.function(self._plain_update, jit_compile=True)
+            self.apply_update = tf.function(self._plain_update, jit_compile=True, autograph=False)
         else:
             self.apply_update = self._plain_update
-        self.replica_fn = tf.function(self.replica_step, jit_compile=self.jit == "step")
+        self.replica_fn = tf.function(self.replica_step, jit_compile=self.jit == "step", autograph=False)
 
     @property
     def clip(self) -> Optional[float]:

@@ -162,7 +162,7 @@ class Trainer:
         update Keras ``fit`` runs too), the global step counted."""
         strategy, replica_fn = self.strategy, self.rule.replica_fn
 
-        @tf.function
+        @tf.function(autograph=False)
         def train_step(iterator):
             batch = next(iterator)
             loss, gnorm = strategy.run(replica_fn, args=(batch, self.step.read_value()))
@@ -287,9 +287,10 @@ def predict(model, dataset: tf.data.Dataset, strategy: Optional[tf.distribute.St
     if policy in hardware.PRECISIONS:
         check_precision(strategy, policy)
     if policy == "mixed_float16" and default_jit(strategy, policy) == "step":
-        forward = tf.function(forward, jit_compile=True)  # as training: on a CPU only XLA has fast float16
+        # as training: on a CPU only XLA has fast float16
+        forward = tf.function(forward, jit_compile=True, autograph=False)
 
-    @tf.function
+    @tf.function(autograph=False)
     def step(features):
         out = strategy.run(forward, args=(features,))
         return {key: strategy.gather(val, axis=0) for key, val in out.items()}

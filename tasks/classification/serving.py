@@ -152,7 +152,7 @@ class ClassifierServing(ServingModule):
         if self.memory:
             spec = tf.TensorSpec([None, None, self.max_seq_length], tf.int32)
 
-            @tf.function(input_signature=[spec, spec, spec, tf.TensorSpec([None], tf.int32)])
+            @tf.function(input_signature=[spec, spec, spec, tf.TensorSpec([None], tf.int32)], autograph=False)
             def serve_windows(input_ids, segment_ids, padding_mask, num_segments):
                 return self._outputs({"input_ids": input_ids, "segment_ids": segment_ids,
                                       "padding_mask": padding_mask, "num_segments": num_segments})
@@ -160,7 +160,7 @@ class ClassifierServing(ServingModule):
             return serve_windows
         spec = tf.TensorSpec([None, None], tf.int32)  # [batch, any length <= max_seq_length], left-padded
 
-        @tf.function(input_signature=[spec, spec, spec])
+        @tf.function(input_signature=[spec, spec, spec], autograph=False)
         def serve_ids(input_ids, segment_ids, padding_mask):
             return self._outputs({"input_ids": input_ids, "segment_ids": segment_ids,
                                   "padding_mask": padding_mask})
@@ -195,8 +195,8 @@ class ClassifierServing(ServingModule):
 
         s = tf.TensorSpec([None], tf.string)
         if pair:
-            return tf.function(lambda text_a, text_b: run(text_a, text_b), input_signature=[s, s])
-        return tf.function(lambda text_a: run(text_a), input_signature=[s])
+            return tf.function(lambda text_a, text_b: run(text_a, text_b), input_signature=[s, s], autograph=False)
+        return tf.function(lambda text_a: run(text_a), input_signature=[s], autograph=False)
 
     def export(self, export_dir: str, pair: bool = False) -> str:
         """Signatures ``serving_default`` (raw text), ``serve_ids`` (features) and ``embed`` (raw text)."""
@@ -214,5 +214,5 @@ class ClassifierServing(ServingModule):
 
         s = tf.TensorSpec([None], tf.string)
         if pair:
-            return tf.function(lambda text_a, text_b: run(text_a, text_b), input_signature=[s, s])
-        return tf.function(lambda text_a: run(text_a), input_signature=[s])
+            return tf.function(lambda text_a, text_b: run(text_a, text_b), input_signature=[s, s], autograph=False)
+        return tf.function(lambda text_a: run(text_a), input_signature=[s], autograph=False)

@@ -143,7 +143,8 @@ class RaceServing(ServingModule):
     def text_fn(self):
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="article"),
                                       tf.TensorSpec([None], tf.string, name="question"),
-                                      tf.TensorSpec([None, self.num_choices], tf.string, name="options")])
+                                      tf.TensorSpec([None, self.num_choices], tf.string, name="options")],
+                     autograph=False)
         def serve_text(article, question, options):
             feats = self.features(article, question, options)
             if self.memory:
@@ -159,7 +160,7 @@ class RaceServing(ServingModule):
         if self.memory:
             spec = tf.TensorSpec([None, self.num_choices, None, self.max_seq_length], tf.int32)
 
-            @tf.function(input_signature=[spec, spec, spec, tf.TensorSpec([None], tf.int32)])
+            @tf.function(input_signature=[spec, spec, spec, tf.TensorSpec([None], tf.int32)], autograph=False)
             def serve_windows(input_ids, segment_ids, padding_mask, num_segments):
                 return self._outputs({"input_ids": input_ids, "segment_ids": segment_ids,
                                       "padding_mask": padding_mask, "num_segments": num_segments})
@@ -167,7 +168,7 @@ class RaceServing(ServingModule):
             return serve_windows
         spec = tf.TensorSpec([None, self.num_choices, None], tf.int32)  # any length <= max_seq_length
 
-        @tf.function(input_signature=[spec, spec, spec])
+        @tf.function(input_signature=[spec, spec, spec], autograph=False)
         def serve_ids(input_ids, segment_ids, padding_mask):
             return self._outputs({"input_ids": input_ids, "segment_ids": segment_ids,
                                   "padding_mask": padding_mask})
