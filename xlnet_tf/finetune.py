@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Sequence
 
 import keras
 import numpy as np
@@ -142,14 +142,18 @@ class FineTuner:
 
 
 def predict_with_labels(model: TaskModel, dataset: tf.data.Dataset,
-                        strategy: Optional[tf.distribute.Strategy] = None) -> Dict[str, np.ndarray]:
-    """Predictions plus the labels and per-example losses of a labelled dataset (numpy, dataset order).
+                        strategy: Optional[tf.distribute.Strategy] = None,
+                        features_kept: Sequence[str] = ()) -> Dict[str, np.ndarray]:
+    """Predictions plus the labels and per-example losses of a labelled dataset (numpy, dataset order), in one
+    pass over it.
 
-    Keys: the head's predictions, ``label``, ``loss``, ``num_tokens`` (real pieces); a classification ``label`` prediction is renamed
-    ``label_pred`` so it does not clash with the gold ``label``.
+    Keys: the head's predictions, ``label``, ``loss``, ``num_tokens`` (real pieces), and each of ``features_kept``
+    (per-example features passed through as they are, e.g. RACE's ``level``); a classification ``label``
+    prediction is renamed ``label_pred`` so it does not clash with the gold ``label``.
     """
     def output_fn(features, outputs):
-        preds = dict(model.head.predictions(outputs))
+        preds = {name: features[name] for name in features_kept}
+        preds.update(model.head.predictions(outputs))
         if "label" in preds:
             preds["label_pred"] = preds.pop("label")
         preds["loss"] = tf.cast(model.per_example_loss(features, outputs), tf.float32)

@@ -126,24 +126,21 @@ class RaceRun(runner.TaskSpec):
                                       max_segments=o.max_segments, bucket=o.bucket, seed=o.seed,
                                       input_context=input_context, length_multiple=o.length_multiple)
 
-    def _predict(self, model, split, batch_size):
+    def _predict(self, model, split, batch_size, features_kept=()):
         from xlnet_tf import finetune
 
         o = self.options
         ds = race_data.race_dataset(self.features(split)[0], o.max_seq_length, batch_size, is_training=False,
                                     max_segments=o.max_segments, length_multiple=o.length_multiple)
-        return finetune.predict_with_labels(model, ds, self.finetuner.strategy), ds
+        return finetune.predict_with_labels(model, ds, self.finetuner.strategy, features_kept=features_kept)
 
     def evaluate(self, model, step):
-        from xlnet_tf import datasets
-
         split = self.data.eval_split
-        out, ds = self._predict(model, split, self.options.eval_batch_size)
-        levels = np.concatenate([b.numpy() for b in datasets.for_iteration(ds.map(lambda f: f["level"]))])
+        out = self._predict(model, split, self.options.eval_batch_size, features_kept=("level",))
         keep = out["label"] >= 0
         if not keep.any():
             raise ValueError(f"RACE {split}: no labelled questions to score (use --do_predict)")
-        labels, choices, levels = out["label"][keep], out["choice"][keep], levels[keep]
+        labels, choices, levels = out["label"][keep], out["choice"][keep], out["level"][keep]
         metrics = race_task.race_accuracy(labels, choices, levels)
         metrics.update(class_scores(labels, choices, race_task.ANSWER_LETTERS))  # by gold option A-D
         metrics.update(loss=float(out["loss"][keep].mean()), step=int(step), split=split,
@@ -159,7 +156,7 @@ class RaceRun(runner.TaskSpec):
         if len(examples) != n:
             raise ValueError(f"cached test features hold {n} questions, the source {len(examples)}: "
                              f"rerun with --overwrite_data")
-        out, _ = self._predict(model, "test", self.options.predict_batch_size)
+        out = self._predict(model, "test", self.options.predict_batch_size)
         os.makedirs(os.path.join(output_dir, "predict"), exist_ok=True)
         path = os.path.join(output_dir, "predict", "race-test.tsv")
         with atomic_write(path) as f:
