@@ -8,6 +8,12 @@ from importlib import metadata
 from typing import Dict, Optional, Sequence
 
 
+def shared_dir() -> str:
+    """The real datasets' folder: ``$SHARED_DATA``, else ``../shared/data`` beside the checkout."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return os.environ.get("SHARED_DATA") or os.path.join(root, "..", "shared", "data")
+
+
 def cpu_model() -> str:
     """The CPU's model name from /proc/cpuinfo ("?" when unknown)."""
     try:

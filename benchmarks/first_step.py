@@ -20,7 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path[:0] = [HERE, ROOT]
 
-from bench_util import cpu_flags, cpu_model, write_json  # noqa: E402
+from bench_util import cpu_flags, cpu_model, shared_dir, write_json  # noqa: E402
 
 CHILD = r"""
 import json, os, sys, time
@@ -47,10 +47,6 @@ code = run_classifier.main(["run_classifier.py"] + json.loads(sys.argv[3])).code
 assert code == 0, code
 print("RESULT " + json.dumps({"main_s": time.perf_counter() - t0, "steps_s": times}))
 """
-
-
-def shared_dir() -> str:
-    return os.environ.get("SHARED_DATA") or os.path.join(ROOT, "..", "shared", "data")
 
 
 def run(mode: str, flags) -> dict:

@@ -35,7 +35,7 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import real_lengths  # noqa: E402
-from bench_util import cpu_model, versions, write_json  # noqa: E402
+from bench_util import cpu_model, shared_dir, versions, write_json  # noqa: E402
 
 SIZES = {  # name: the shape keys of XLNetConfig
     "tiny": dict(n_layer=2, d_model=64, n_head=2, d_head=32, d_inner=128),
@@ -84,7 +84,7 @@ def main(argv=None) -> int:
     from xlnet_tf.lengths import train_flops_per_token
 
     L, B = args.max_seq_length, args.batch
-    tok = XLNetTokenizer(os.path.join(real_lengths.shared_dir(), "spiece", "spiece.model"))
+    tok = XLNetTokenizer(os.path.join(shared_dir(), "spiece", "spiece.model"))
     lengths = [min(len(r) + 2, L) for r in real_lengths.sst2_ids(tok)]
     plans = {m: {int(k): v for k, v in real_lengths.epoch_plans(lengths, B, L)[f"ours_m{m}"].items()}
              for m in (1, 2, 4, 8)}

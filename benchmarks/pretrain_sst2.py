@@ -48,6 +48,9 @@ from concurrent.futures import ThreadPoolExecutor
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results")
+sys.path.insert(0, HERE)
+
+from bench_util import shared_dir  # noqa: E402
 
 MODEL = {"n_layer": 3, "d_model": 128, "n_head": 4, "d_head": 32, "d_inner": 384, "ff_activation": "gelu",
          "untie_r": True, "n_token": 8000}
@@ -66,10 +69,6 @@ MODES = {
 FINETUNE = dict(train_batch_size=32, learning_rate=5e-4, warmup_fraction=0.1, dropout=0.1, summary_type="mean")
 TASKS = {"sst2": dict(task="sst-2", max_seq_length=64), "imdb": dict(task="imdb", max_seq_length=128)}
 ARMS = ("pretrained", "mlm", "scratch")  # (a) PLM, (b) MLM, (c) none
-
-
-def shared_dir() -> str:
-    return os.environ.get("SHARED_DATA") or os.path.join(ROOT, "..", "shared", "data")
 
 
 def log(msg: str) -> None:

@@ -54,15 +54,11 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import bench_util  # noqa: E402
-from bench_util import PROTO, cpu_flags, cpu_model, versions, write_json  # noqa: E402
+from bench_util import PROTO, cpu_flags, cpu_model, shared_dir, versions, write_json  # noqa: E402
 
 BASE = dict(n_layer=12, d_model=768, n_head=12, d_head=64, d_inner=3072)
 QUICK = dict(n_layer=2, d_model=768, n_head=12, d_head=64, d_inner=3072)
 MULTIPLES = (1, 2, 4, 8)
-
-
-def shared_dir() -> str:
-    return os.environ.get("SHARED_DATA") or os.path.join(ROOT, "..", "shared", "data")
 
 
 def sst2_ids(tok):

@@ -37,17 +37,13 @@ RESULTS = os.path.join(HERE, "results")
 sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)
 
-from bench_util import cpu_model, versions, write_json  # noqa: E402
+from bench_util import cpu_model, shared_dir, versions, write_json  # noqa: E402
 
 MODELS = {  # random initialisation; XLNet's 32,000-piece vocabulary
     "quick": {"n_layer": 2, "d_model": 128, "n_head": 4, "d_head": 32, "d_inner": 512},
     "full": {"n_layer": 4, "d_model": 128, "n_head": 4, "d_head": 32, "d_inner": 512},
 }
 COMMON = {"ff_activation": "gelu", "untie_r": True, "n_token": 32000}
-
-
-def shared_dir() -> str:
-    return os.environ.get("SHARED_DATA") or os.path.join(ROOT, "..", "shared", "data")
 
 
 def log(msg: str) -> None:
