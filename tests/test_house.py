@@ -28,14 +28,15 @@ def _imports(path):
             yield from ((node.lineno, f"{node.module}.{a.name}") for a in node.names)
 
 
+def _py_files(folder: str):
+    """Every .py file under ``REPO/folder``, as a path."""
+    for root, _, files in os.walk(os.path.join(REPO, folder)):
+        yield from (os.path.join(root, name) for name in files if name.endswith(".py"))
+
+
 def test_library_imports_nothing_from_the_rooms_above():
-    found = []
-    for root, _, files in os.walk(os.path.join(REPO, "xlnet_tf")):
-        for name in files:
-            if name.endswith(".py"):
-                path = os.path.join(root, name)
-                found += [f"{os.path.relpath(path, REPO)}:{line} {m}" for line, m in _imports(path)
-                          if _above(m)]
+    found = [f"{os.path.relpath(path, REPO)}:{line} {m}" for path in _py_files("xlnet_tf")
+             for line, m in _imports(path) if _above(m)]
     assert not found, found
 
 
@@ -47,13 +48,10 @@ def test_the_plain_math_imports_no_speed_path():
 
 def test_no_import_circle_between_task_modules():
     """The modules under tasks/ import each other one way only (a lazy import inside a function counts too)."""
-    folder = os.path.join(REPO, "tasks")
     modules = {}
-    for root, _, files in os.walk(folder):
-        for name in files:
-            if name.endswith(".py"):
-                rel = "xlnet_tf." + os.path.relpath(os.path.join(root, name), REPO)[:-3].replace(os.sep, ".")
-                modules[rel[:-len(".__init__")] if rel.endswith(".__init__") else rel] = os.path.join(root, name)
+    for path in _py_files("tasks"):
+        rel = "xlnet_tf." + os.path.relpath(path, REPO)[:-3].replace(os.sep, ".")
+        modules[rel[:-len(".__init__")] if rel.endswith(".__init__") else rel] = path
     graph = {}
     for module, path in modules.items():
         deps = set()
@@ -77,12 +75,9 @@ def test_no_import_circle_between_task_modules():
 def _import_graph(folder: str, package: str) -> dict:
     """{module: the package's modules it imports (inside functions too)} for every module under ``folder``."""
     modules = {}
-    for root, _, files in os.walk(os.path.join(REPO, folder)):
-        for name in files:
-            if name.endswith(".py"):
-                rel = os.path.relpath(os.path.join(root, name), os.path.join(REPO, folder))[:-3]
-                dotted = ".".join([package] + [p for p in rel.split(os.sep) if p != "__init__"])
-                modules[dotted] = os.path.join(root, name)
+    for path in _py_files(folder):
+        rel = os.path.relpath(path, os.path.join(REPO, folder))[:-3]
+        modules[".".join([package] + [p for p in rel.split(os.sep) if p != "__init__"])] = path
     graph = {}
     for module, path in modules.items():
         deps = set()
@@ -166,8 +161,7 @@ def test_every_tf_function_traces_without_autograph():
     it makes passes ``autograph=False``: AutoGraph's source rewriting of every function a trace reaches cost a tiny
     run's first step 1.6 of its 5.7 s (PERFORMANCE.md "Time to the first step"), and a Python ``if`` on a tensor
     then fails at trace time instead of being rewritten silently."""
-    files = [os.path.join(root, f) for top in ("xlnet_tf", "heads", "tasks", "data")
-             for root, _, names in os.walk(os.path.join(REPO, top)) for f in names if f.endswith(".py")]
+    files = [path for top in ("xlnet_tf", "heads", "tasks", "data") for path in _py_files(top)]
     files += [os.path.join(REPO, f) for f in os.listdir(REPO) if f.endswith(".py")]
     bad = {os.path.relpath(p, REPO): lines for p in files
            if (lines := _tf_functions_with_autograph(open(p, encoding="utf-8").read(), p))}
