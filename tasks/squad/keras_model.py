@@ -108,9 +108,12 @@ class XLNetQuestionAnswerer(XLNetTask):
                              f"{questions.shape} and {contexts.shape}")
         if getattr(self, "_answer_fn", None) is None:
             module = self.serving_module()
-            object.__setattr__(self, "_answer_fn", tf.function(module.answer, autograph=False, reduce_retracing=True))
+            # Held in a list: a tf.function attribute of the model would be traced once more by every SavedModel
+            # export (the saver lists each function attribute's concrete functions), the whole raw-text graph.
+            object.__setattr__(self, "_answer_fn", [tf.function(module.answer, autograph=False,
+                                                                reduce_retracing=True)])
         size = int(batch_size or 8)
-        parts = [self._answer_fn(tf.constant(questions[i:i + size]), tf.constant(contexts[i:i + size]))
+        parts = [self._answer_fn[0](tf.constant(questions[i:i + size]), tf.constant(contexts[i:i + size]))
                  for i in range(0, len(questions), size)]
         out = {k: np.concatenate([p[k].numpy() for p in parts]) for k in parts[0]} if parts else {}
         if "answer_text" in out:
