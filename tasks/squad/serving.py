@@ -51,7 +51,8 @@ import tensorflow as tf
 import tensorflow_text
 from tensorflow_text.python.ops.sentencepiece_tokenizer import gen_sentencepiece_tokenizer as _spm_ops
 
-from xlnet_tf.export import ServingModule, batch_length, constant_rows, float32_outputs, keep_first, pad_rows
+from xlnet_tf.export import ServingModule, float32_outputs
+from xlnet_tf.lengths import SERVING_MULTIPLE, padded_length
 from xlnet_tf.tf_tokenizer import SPIECE_UNDERLINE, _lower, assert_utf8
 
 SEG_P, SEG_Q, SEG_CLS, SEG_PAD = 0, 1, 2, 3
@@ -257,45 +258,47 @@ def squad_windows(ctx_ids: tf.RaggedTensor, q_ids: tf.RaggedTensor, max_seq_leng
                          f"+ 3")
     ctx_ids = tf.cast(ctx_ids, tf.int32)
     batch = ctx_ids.nrows(out_type=tf.int64)
-    q = keep_first(tf.cast(q_ids, tf.int32), tf.fill([batch], max_query_length))
+    q = tf.cast(q_ids, tf.int32)
     n = ctx_ids.row_lengths()
-    nq = q.row_lengths()
+    nq = tf.minimum(q.row_lengths(), max_query_length)         # each question keeps its first pieces
     M = L - nq - 3                                              # paragraph pieces per window
     step = tf.minimum(M, tf.constant(doc_stride, tf.int64))
     K = 1 + tf.maximum(tf.zeros_like(n), (n - M + step - 1) // step)           # windows per example (>= 1)
     ex = tf.repeat(tf.range(batch), K)                          # [W]
-    k = tf.ragged.range(K).flat_values
+    k = tf.range(tf.size(ex, out_type=tf.int64)) - tf.gather(tf.cumsum(K, exclusive=True), ex)  # window in example
     start = k * tf.gather(step, ex)
     plen = tf.maximum(tf.minimum(tf.gather(n, ex) - start, tf.gather(M, ex)), tf.zeros_like(start))
-    w_count = tf.size(ex, out_type=tf.int64)
-    pos = tf.ragged.range(plen)                                 # [W, (plen)]
-    tok = pos + start[:, None]                                  # paragraph token index
-    global_tok = tok + tf.gather(ctx_ids.row_starts(), ex)[:, None]
-    para = tf.RaggedTensor.from_row_splits(tf.gather(ctx_ids.flat_values, global_tok.flat_values),
-                                           global_tok.row_splits)
-    qw = tf.gather(q, ex)
-    sep, cls = constant_rows(w_count, sep_id), constant_rows(w_count, cls_id)
-    tokens = tf.concat([para, sep, qw, sep, cls], axis=1)
-    z = lambda r: r * 0  # noqa: E731
-    segments = tf.concat([z(para) + SEG_P, z(sep) + SEG_P, z(qw) + SEG_Q, z(sep) + SEG_Q, z(cls) + SEG_CLS], 1)
-    p_mask = tf.concat([z(para), z(sep) + 1, z(qw) + 1, z(sep) + 1, z(cls)], axis=1)
-    T = batch_length(tokens, L)  # the call's longest window, rounded up (data/lengths.py): positions unchanged
-    features = {"input_ids": pad_rows(tokens, T, 0, left=False),
-                "segment_ids": pad_rows(segments, T, SEG_PAD, left=False),
-                "padding_mask": pad_rows(tf.ones_like(tokens), T, 0, left=False),
-                "p_mask": pad_rows(p_mask, T, 1, left=False),
-                "cls_index": tf.cast(plen + tf.gather(nq, ex) + 2, tf.int32)}
-    # max-context rule: score 100 * min(left, right) + length (= 100x the original's), first window on ties
-    pv, lv = pos.flat_values, tf.gather(plen, pos.value_rowids())
-    score = 100 * tf.minimum(pv, lv - 1 - pv) + lv
-    seg = global_tok.flat_values
+    # Each window's row, position by position on a dense [W, T] grid (no ragged concatenation: a few dozen ops):
+    # paragraph [0, plen), SEP, question, SEP, CLS, then padding.
+    nq_w = tf.gather(nq, ex)
+    pl, qn = plen[:, None], nq_w[:, None]
+    para_first = tf.gather(ctx_ids.row_starts(), ex)[:, None] + start[:, None]   # flat index of the window's 1st
+    T = padded_length(tf.reduce_max(plen + nq_w + 3), L, SERVING_MULTIPLE)  # = batch_length
+    p = tf.range(tf.cast(T, tf.int64))[None, :]
+    in_para, in_q = p < pl, (p > pl) & (p <= pl + qn)
+    sep1, sep2, is_cls = tf.equal(p, pl), tf.equal(p, pl + qn + 1), tf.equal(p, pl + qn + 2)
+    para_tok = _at(ctx_ids.flat_values, para_first + p, 0)
+    q_tok = _at(q.flat_values, tf.gather(q.row_starts(), ex)[:, None] + p - pl - 1, 0)
+    tokens = tf.where(in_para, para_tok, tf.where(in_q, q_tok, tf.where(sep1 | sep2, sep_id,
+                                                                          tf.where(is_cls, cls_id, 0))))
+    segments = tf.where(in_para | sep1, SEG_P, tf.where(in_q | sep2, SEG_Q, tf.where(is_cls, SEG_CLS, SEG_PAD)))
+    features = {"input_ids": tokens,
+                "segment_ids": segments,
+                "padding_mask": tf.cast(p <= pl + qn + 2, tf.int32),
+                "p_mask": tf.where(in_para | is_cls, 0, 1),
+                "cls_index": tf.cast(plen + nq_w + 2, tf.int32)}
+    # max-context rule: score 100 * min(left, right) + length (= 100x the original's), first window on ties; on a
+    # dense [W, L] grid whose positions past a window's paragraph go to one extra, ignored segment
+    pv = tf.range(L, dtype=tf.int64)[None, :]
+    in_window = pv < pl
     n_seg = tf.size(ctx_ids.flat_values, out_type=tf.int64)
-    best = tf.gather(tf.math.unsorted_segment_max(score, seg, n_seg), seg)
-    wid = pos.value_rowids()
-    owner = tf.math.unsorted_segment_min(tf.where(tf.equal(score, best), wid, _BIG), seg, n_seg)
-    mine = tf.equal(tf.gather(owner, seg), wid)
-    windows = {"example_index": ex, "doc_start": start, "paragraph_len": plen,
-               "max_context": pad_rows(pos.with_flat_values(mine), L, False, left=False)}
+    seg = tf.where(in_window, para_first + pv, n_seg)
+    score = 100 * tf.minimum(pv, pl - 1 - pv) + pl
+    best = tf.gather(tf.math.unsorted_segment_max(score, seg, n_seg + 1), seg)
+    wid = tf.range(tf.size(ex, out_type=tf.int64))[:, None] + tf.zeros_like(pv)
+    owner = tf.math.unsorted_segment_min(tf.where(tf.equal(score, best), wid, _BIG), seg, n_seg + 1)
+    mine = in_window & tf.equal(tf.gather(owner, seg), wid)
+    windows = {"example_index": ex, "doc_start": start, "paragraph_len": plen, "max_context": mine}
     return features, windows
 
 
