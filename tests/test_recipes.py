@@ -66,8 +66,10 @@ def test_squad_v2_span_floor_and_an_honest_null_warning(work):
 
 
 def test_pretrain_then_finetune_floor(work):
-    """run_pretrain.py (PLM, 500 steps on WikiText-2 valid) -> run_classifier.py --init_checkpoint on SST-2: the
-    pretrained backbone loads (our format, its spiece.model) and fine-tuning learns."""
+    """run_pretrain.py (PLM, 1,000 steps on the SST-2 train text, its own 4,000-piece SentencePiece model) ->
+    run_classifier.py --init_checkpoint on SST-2 (300 steps): the pretrained backbone loads (our format, its
+    spiece.model) and fine-tuning learns. Measured 0.737-0.741; at its minimum: 150 fine-tuning steps gave
+    0.618 (5e-4) and 0.697 (1e-3), too close to the floor."""
     row, res = run("pretrain->sst-2", work)
     assert res["accuracy"] >= 0.68, res
     assert res["health"]["healthy"], res["health"]
