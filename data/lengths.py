@@ -69,6 +69,9 @@ def length_buckets(examples, batch_size: int, max_len: int, multiple: int, drop_
         n = tf.reduce_max(tf.reduce_sum(tf.cast(ex["padding_mask"], tf.int32), axis=-1))
         return tf.cast(padded_length(n, max_len, multiple) // multiple, tf.int64)
 
-    ds = examples.group_by_window(key_func=key, window_size=batch_size,
-                                  reduce_func=lambda _, w: w.batch(batch_size, drop_remainder=drop_remainder))
-    return ds.map(lambda b: trim_batch(b, left, multiple), num_parallel_calls=tf.data.AUTOTUNE)
+    ds = examples.group_by_window(
+        key_func=tf.autograph.experimental.do_not_convert(key), window_size=batch_size,
+        reduce_func=tf.autograph.experimental.do_not_convert(
+            lambda _, w: w.batch(batch_size, drop_remainder=drop_remainder)))
+    return ds.map(tf.autograph.experimental.do_not_convert(lambda b: trim_batch(b, left, multiple)),
+                  num_parallel_calls=tf.data.AUTOTUNE)

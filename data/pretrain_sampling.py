@@ -285,7 +285,8 @@ def make_pretrain_dataset(files, seq_len: int, reuse_len: int, batch_size: int, 
     ds = tf.data.TFRecordDataset(files)
     if repeat:
         ds = ds.repeat()
-    ds = ds.enumerate().map(_map, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = ds.enumerate().map(tf.autograph.experimental.do_not_convert(_map), num_parallel_calls=tf.data.AUTOTUNE,
+                            deterministic=True)
     return ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
 
@@ -314,7 +315,7 @@ def regroup_for_accumulation(ds: tf.data.Dataset, num_replicas: int, grad_accum_
 
         return tf.nest.map_structure(one, batch)
 
-    return ds.batch(r * k, drop_remainder=True).map(reorder).unbatch()
+    return ds.batch(r * k, drop_remainder=True).map(tf.autograph.experimental.do_not_convert(reorder)).unbatch()
 
 
 def make_train_dataset_fn(files, seq_len: int, reuse_len: int, per_replica_batch: int, grad_accum_steps: int = 1,

@@ -285,7 +285,8 @@ def make_dataset(paths: Sequence[str] | str, spec: FeatureSpec, batch_size: int,
             ex = {k: tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in ex.items()}
         return ex
 
-    ds = ds.map(_parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = ds.map(tf.autograph.experimental.do_not_convert(_parse), num_parallel_calls=tf.data.AUTOTUNE,
+                deterministic=True)
     drop_remainder = is_training if drop_remainder is None else drop_remainder
     left = dynamic == "left"
     if dynamic and is_training:
@@ -294,6 +295,7 @@ def make_dataset(paths: Sequence[str] | str, spec: FeatureSpec, batch_size: int,
     else:
         ds = ds.batch(batch_size, drop_remainder=drop_remainder)
         if dynamic:
-            ds = ds.map(lambda b: lengths.trim_batch(b, left, length_multiple))
+            ds = ds.map(tf.autograph.experimental.do_not_convert(
+                lambda b: lengths.trim_batch(b, left, length_multiple)))
     return ds.prefetch(tf.data.AUTOTUNE)
 

@@ -300,10 +300,12 @@ class XLNetTask(TaskModel):
         a dataset of (features, labels) batches the steps read (``micro_batches`` > 1: stacked k at a time, the
         update's gradient accumulation; each padded to ``max_seq_length`` so they stack)."""
         fixed = self.max_seq_length if micro_batches > 1 else None
+        # the map's function traced as written (no AutoGraph), as every graph function of the project
+        preprocess = lambda *e: self._preprocess(*e, length=fixed)  # noqa: E731
         if isinstance(x, tf.data.Dataset):
             ds = x
             if self.is_raw(ds.element_spec):
-                ds = ds.map(lambda *e: self._preprocess(*e, length=fixed), num_parallel_calls=tf.data.AUTOTUNE)
+                ds = ds.map(tf.autograph.experimental.do_not_convert(preprocess), num_parallel_calls=tf.data.AUTOTUNE)
         elif isinstance(x, dict):
             data = dict(x) if y is None else (dict(x), y)
             ds = tf.data.Dataset.from_tensor_slices(data)
@@ -315,7 +317,7 @@ class XLNetTask(TaskModel):
             ds = tf.data.Dataset.from_tensor_slices(raw if y is None else (raw, np.asarray(y)))
             if shuffle and training:
                 ds = ds.shuffle(int(ds.cardinality()), seed=self.seed)
-            ds = ds.batch(batch_size).map(lambda *e: self._preprocess(*e, length=fixed),
+            ds = ds.batch(batch_size).map(tf.autograph.experimental.do_not_convert(preprocess),
                                           num_parallel_calls=tf.data.AUTOTUNE)
         if micro_batches > 1:
             ds = ds.batch(micro_batches, drop_remainder=True)

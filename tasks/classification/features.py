@@ -343,13 +343,15 @@ def make_window_dataset(paths: Union[str, Sequence[str]], batch_size: int, is_tr
     every batch keeps all ``max_segments`` windows, the leading padding ones hidden by the masks. Evaluation and
     prediction keep the file's order.
     """
-    if not (is_training and bucket):
-        ds = make_dataset(paths, batch_size, is_training, **kwargs)
-        return ds if is_training else ds.map(trim_windows)
     import tensorflow as tf
 
+    if not (is_training and bucket):
+        ds = make_dataset(paths, batch_size, is_training, **kwargs)
+        return ds if is_training else ds.map(tf.autograph.experimental.do_not_convert(trim_windows))
+
     ds = make_dataset(paths, 1, is_training, drop_remainder=False, **kwargs).unbatch()
-    ds = ds.group_by_window(key_func=lambda f: tf.cast(f["num_segments"], tf.int64),
-                            reduce_func=lambda _, w: w.batch(batch_size, drop_remainder=True),
-                            window_size=batch_size)
-    return ds.map(trim_windows).prefetch(tf.data.AUTOTUNE)
+    ds = ds.group_by_window(
+        key_func=tf.autograph.experimental.do_not_convert(lambda f: tf.cast(f["num_segments"], tf.int64)),
+        reduce_func=tf.autograph.experimental.do_not_convert(lambda _, w: w.batch(batch_size, drop_remainder=True)),
+        window_size=batch_size)
+    return ds.map(tf.autograph.experimental.do_not_convert(trim_windows)).prefetch(tf.data.AUTOTUNE)
