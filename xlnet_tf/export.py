@@ -62,10 +62,14 @@ def keep_last(rt: tf.RaggedTensor, lengths: tf.Tensor) -> tf.RaggedTensor:
 
 
 def batch_length(rt: tf.RaggedTensor, max_len: int, exact_single_row: bool = False) -> tf.Tensor:
-    """The padded length of a served batch of token rows: its longest row, rounded up to ``SERVING_MULTIPLE``
-    (``xlnet_tf/lengths.py``); ``exact_single_row``: a request of one row keeps its own length (rounding would only
-    add padded tokens to compute)."""
-    lengths = rt.row_lengths()
+    """``padded_batch_length`` of the rows of a ragged [b, (n)] batch of tokens."""
+    return padded_batch_length(rt.row_lengths(), max_len, exact_single_row)
+
+
+def padded_batch_length(lengths: tf.Tensor, max_len: int, exact_single_row: bool = False) -> tf.Tensor:
+    """The padded length of a served batch of rows of ``lengths`` [b] tokens: its longest row, rounded up to
+    ``SERVING_MULTIPLE`` (``xlnet_tf/lengths.py``); ``exact_single_row``: a request of one row keeps its own length
+    (rounding would only add padded tokens to compute)."""
     return padded_length(tf.reduce_max(lengths), max_len, serving_multiple(tf.size(lengths), exact_single_row))
 
 

@@ -51,8 +51,7 @@ import tensorflow as tf
 import tensorflow_text
 from tensorflow_text.python.ops.sentencepiece_tokenizer import gen_sentencepiece_tokenizer as _spm_ops
 
-from xlnet_tf.export import ServingModule, float32_outputs
-from xlnet_tf.lengths import SERVING_MULTIPLE, padded_length
+from xlnet_tf.export import ServingModule, float32_outputs, padded_batch_length
 from xlnet_tf.tf_tokenizer import SPIECE_UNDERLINE, _lower, assert_utf8
 
 SEG_P, SEG_Q, SEG_CLS, SEG_PAD = 0, 1, 2, 3
@@ -273,7 +272,7 @@ def squad_windows(ctx_ids: tf.RaggedTensor, q_ids: tf.RaggedTensor, max_seq_leng
     nq_w = tf.gather(nq, ex)
     pl, qn = plen[:, None], nq_w[:, None]
     para_first = tf.gather(ctx_ids.row_starts(), ex)[:, None] + start[:, None]   # flat index of the window's 1st
-    T = padded_length(tf.reduce_max(plen + nq_w + 3), L, SERVING_MULTIPLE)  # = batch_length
+    T = padded_batch_length(plen + nq_w + 3, L)                 # the call's longest window, rounded up
     p = tf.range(tf.cast(T, tf.int64))[None, :]
     in_para, in_q = p < pl, (p > pl) & (p <= pl + qn)
     sep1, sep2, is_cls = tf.equal(p, pl), tf.equal(p, pl + qn + 1), tf.equal(p, pl + qn + 2)
