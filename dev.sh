@@ -7,15 +7,26 @@ cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
 
 setup() {  # $1: requirements file
-  if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fi
+  local fresh=""
+  if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fresh=1; fi
   .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
-  .venv/bin/python -m pip install -q --disable-pip-version-check -r "$1" "setuptools>=64" wheel
+  # Into a new .venv pip installs without byte-compiling (it compiles one file at a time); compileall then writes
+  # the same bytecode on every core, beside the kernel build below. Later installs compile as usual.
+  .venv/bin/python -m pip install -q --disable-pip-version-check ${fresh:+--no-compile} -r "$1" "setuptools>=64" wheel
   # The library itself, editable: `import xlnet_tf` then works from any directory (a script outside the checkout).
   # No build isolation: the build uses the setuptools + wheel above, so this step needs no network.
   .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+  local compiling=""
+  if [ -n "$fresh" ]; then
+    .venv/bin/python -m compileall -q -j 0 "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
+      > /dev/null 2>&1 &
+    compiling=$!
+  fi
   # The fused attention kernel (optional: without g++ the model runs its TensorFlow ops; BUILD.md)
   .venv/bin/python -m xlnet_tf.accel.kernels build 2>&1 | grep -v -E '^(WARNING|I0000|E0000|W0000)|cuda|rebuild TensorFlow' \
     || echo "note: fused attention kernel not built; the model uses TensorFlow's ops" >&2
+  # (compileall exits non-zero over the odd file no Python 3.11 parses, as pip's own compiling ignores them)
+  if [ -n "$compiling" ]; then wait "$compiling" || true; fi
 }
 
 cmd=${1:-}
