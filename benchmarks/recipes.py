@@ -152,15 +152,16 @@ RECIPES = [
     Recipe("pretrain->sst-2", "run_classifier.py", glue("SST-2", "sst-2"), "accuracy", majority, "majority", 64,
            {"quick": 300, "full": 1000}, lr=5e-4, extra=["--summary_type=mean"]),
 ]
-PRETRAIN_STEPS = {"quick": 1000, "full": 4000}
+PRETRAIN_STEPS = {"quick": 600, "full": 4000}
 PRETRAIN_VOCAB = 4000
 
 
 def pretrain(work: str, mode: str, in_process: bool = False) -> str:
     """``run_pretrain.py`` (PLM, defaults but size/steps/LR, its own SentencePiece model) on the SST-2 train
     text; returns the backbone dir. Briefly pretrained backbones need ``--summary_type=mean`` downstream (README:
-    no pretraining loss shapes ``<cls>``); below ~1,000 steps a PLM is still at its unigram stage, and
-    fine-tuning from it collapses (measured: 500 steps on WikiText-2 with the 32k vocabulary, loss 6.2)."""
+    no pretraining loss shapes ``<cls>``). On out-of-domain text with the 32k vocabulary a short PLM run stays at its
+    unigram stage and fine-tuning from it collapses (500 steps on WikiText-2, loss 6.2); on the task's own text with
+    a 4k vocabulary 600 steps (loss 6.3) transfer (PERFORMANCE.md "Recipes at small scale")."""
     out = os.path.join(work, mode, "pretrain")
     steps = PRETRAIN_STEPS[mode]
     config_path = os.path.join(work, mode, "pretrain_config.json")
