@@ -7,7 +7,7 @@ cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
 
 setup() {  # $1: requirements file
-  local fresh=""
+  local fresh="" started=$SECONDS
   if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fresh=1; fi
   .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
   # Into a new .venv pip installs without byte-compiling (it compiles one file at a time); compileall then writes
@@ -27,6 +27,7 @@ setup() {  # $1: requirements file
     || echo "note: fused attention kernel not built; the model uses TensorFlow's ops" >&2
   # (compileall exits non-zero over the odd file no Python 3.11 parses, as pip's own compiling ignores them)
   if [ -n "$compiling" ]; then wait "$compiling" || true; fi
+  echo "set-up: $((SECONDS - started)) s${fresh:+ (new .venv)}" >&2
 }
 
 cmd=${1:-}
