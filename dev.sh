@@ -7,17 +7,18 @@ cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
 
 setup() {  # $1: requirements file
-  local fresh="" started=$SECONDS
-  if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fresh=1; fi
+  # Bytecode: into a .venv whose packages were never byte-compiled (new, or its first set-up was interrupted) pip
+  # installs without compiling (it compiles one file at a time) and compileall writes the same bytecode on every
+  # core, beside the kernel build below; its marker says it finished. Later installs compile as usual.
+  local started=$SECONDS compiled=.venv/.bytecode-compiled no_compile="" compiling=""
+  if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fi
+  [ -e "$compiled" ] || no_compile=--no-compile
   .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
-  # Into a new .venv pip installs without byte-compiling (it compiles one file at a time); compileall then writes
-  # the same bytecode on every core, beside the kernel build below. Later installs compile as usual.
-  .venv/bin/python -m pip install -q --disable-pip-version-check ${fresh:+--no-compile} -r "$1" "setuptools>=64" wheel
+  .venv/bin/python -m pip install -q --disable-pip-version-check $no_compile -r "$1" "setuptools>=64" wheel
   # The library itself, editable: `import xlnet_tf` then works from any directory (a script outside the checkout).
   # No build isolation: the build uses the setuptools + wheel above, so this step needs no network.
   .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
-  local compiling=""
-  if [ -n "$fresh" ]; then
+  if [ -n "$no_compile" ]; then
     .venv/bin/python -m compileall -q -j 0 "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
       > /dev/null 2>&1 &
     compiling=$!
@@ -26,8 +27,8 @@ setup() {  # $1: requirements file
   .venv/bin/python -m xlnet_tf.accel.kernels build 2>&1 | grep -v -E '^(WARNING|I0000|E0000|W0000)|cuda|rebuild TensorFlow' \
     || echo "note: fused attention kernel not built; the model uses TensorFlow's ops" >&2
   # (compileall exits non-zero over the odd file no Python 3.11 parses, as pip's own compiling ignores them)
-  if [ -n "$compiling" ]; then wait "$compiling" || true; fi
-  echo "set-up: $((SECONDS - started)) s${fresh:+ (new .venv)}" >&2
+  if [ -n "$compiling" ]; then wait "$compiling" || true; touch "$compiled"; fi
+  echo "set-up: $((SECONDS - started)) s${no_compile:+ (bytecode written by compileall)}" >&2
 }
 
 cmd=${1:-}
