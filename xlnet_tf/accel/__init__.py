@@ -5,7 +5,8 @@ False (the plain TensorFlow ops of ``xlnet_tf.ops`` and the layers only), or a c
 (``XLNetConfig.accelerations`` reads it):
 
 * ``xla`` (``fusions``): the memory-bound elementwise chains between the matmuls as small XLA clusters with
-  hand-written gradients (LayerNorm, dropout with its neighbours, the biased queries, the score chain).
+  hand-written gradients (LayerNorm, dropout with its neighbours, the biased queries, the score chain); training
+  passes only (``training=True``): inference runs the plain ops.
 * ``kernels`` (``fused_attention`` and ``kernels/``): a block's whole attention core as compiled CPU ops.
 * ``chunks`` (``chunks``): bidirectional attention computed in query chunks.
 
@@ -99,12 +100,16 @@ def choose(config, dtype, training: bool, per_example_pos_dropout: bool) -> Path
     (compute ``dtype``; ``per_example_pos_dropout``: dropout on the encodings with a mask per example), as the
     ``Paths`` the layers take. Logged once per trace (once per distinct choice when eager)."""
     names = config.accelerations
-    table = fusions.FUSED if "xla" in names else ops.PLAIN
+    # The XLA clusters pay in training passes only: at inference they measure no faster than the plain ops
+    # (XLNet-Base) and compile again for every new batch shape, a served request's first call at each length
+    # included (PERFORMANCE.md "Accelerations").
+    fused = "xla" in names and training
+    table = fusions.FUSED if fused else ops.PLAIN
     chunk = chunks.CHUNK if "chunks" in names and config.attn_type == "bi" else 0
     refusal = kernel_refusal(config, tf.as_dtype(dtype).name, per_example_pos_dropout, xla=_in_xla_context(),
                              accelerator=accelerator_visible(), library=_library_loads, portable=_portable)
     kernel = CompiledAttention(kernels.load()) if refusal is None else None
-    core = fusions.rel_attn_core if "xla" in names else None
+    core = fusions.rel_attn_core if fused else None
     if chunk:
         core = chunks.chunked(core or attention.rel_attn_core, chunk)
     where = (f"kernels ({'training' if training else 'inference'} ops)" if kernel is not None

@@ -9,7 +9,9 @@ the backward and TensorFlow's BiasAddGrad and bias-gradient reductions are slow 
 Same formulas as ``xlnet_tf.ops`` (``FUSED`` has the names of ``ops.PLAIN``) and, for the score, as
 ``attention.rel_attn_core`` (``rel_attn_core`` here has its signature); outputs within ~2e-6 of the plain ops at
 Base size. Measured gain (PERFORMANCE.md "Accelerations",
-XLNet-Base): 1.04x per training step at 8x128 and 1.05x at 2x512 inference; neutral at 8x128 inference.
+XLNet-Base): 1.04x per training step at 8x128. Used in training passes only (``accel.choose``): at inference
+they measured neutral to 1.05x on AVX2-only cores and 0.98-1.0x on AVX-512 ones, and every new batch shape compiles
+them again (a served request's first call at each new length: ~0.3 s of compiling against ~7 ms of work).
 """
 
 from __future__ import annotations
