@@ -35,6 +35,25 @@ def test_padded_length_rounds_up_to_8_within_max():
     assert [int(padded_length(tf.constant(n), 36, 8)) for n in (1, 17, 33, 36)] == [8, 24, 36, 36]
 
 
+@pytest.mark.parametrize("splits_dtype", [tf.int64, tf.int32])
+def test_keep_first_and_last_cut_each_row_as_python_slices(splits_dtype):
+    """The served layouts' row cuts (``export.keep_first`` / ``keep_last``): lengths over, under and at a row's own,
+    zero and negative, empty rows and an empty batch."""
+    from xlnet_tf.export import keep_first, keep_last
+
+    rows = [[1, 2, 3, 4, 5], [], [6, 7], [8, 9, 10], [11]]
+    lengths = [3, 2, 5, 0, -1]
+    rt = tf.ragged.constant(rows, dtype=tf.int64, row_splits_dtype=splits_dtype)
+    clip = [min(max(n, 0), len(r)) for r, n in zip(rows, lengths)]
+    first, last = keep_first(rt, tf.constant(lengths)), keep_last(rt, tf.constant(lengths, tf.int64))
+    assert first.to_list() == [r[:k] for r, k in zip(rows, clip)]
+    assert last.to_list() == [r[len(r) - k:] for r, k in zip(rows, clip)]
+    assert first.row_splits.dtype == last.row_splits.dtype == splits_dtype
+    empty = tf.RaggedTensor.from_row_splits(tf.zeros([0], tf.int64), tf.zeros([1], splits_dtype))
+    none = tf.zeros([0], tf.int32)
+    assert keep_first(empty, none).to_list() == keep_last(empty, none).to_list() == []
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("head_kind,summary", [("classification", "last"), ("classification", "mean"),
                                                ("race", "last")])
