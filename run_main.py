@@ -91,9 +91,11 @@ def main(argv: Optional[Sequence[str]], define: Callable[[flags.FlagValues], Non
     setup_logging()
     import_tensorflow()
 
-    interrupted = False
+    interrupted = finished = False
     try:
-        return Exit(0, value=job(fv))
+        value = job(fv)
+        finished = True
+        return Exit(0, value=value)
     except KeyboardInterrupt as e:
         interrupted = True
         return _refuse(interrupted_message(e), 130)
@@ -113,10 +115,11 @@ def main(argv: Optional[Sequence[str]], define: Callable[[flags.FlagValues], Non
                        f"checkpoint and export are kept: free space and run again to resume")
     finally:
         run_state.release_held()
-        # A failed job's objects (its trainer's open files) sit in reference cycles of its frames: collected here,
-        # except after Ctrl-C, where collecting would finalise a summary writer the interrupt may have stopped
-        # mid-write (closing such a writer was seen to block for minutes).
-        if sys.exc_info()[0] is None and not interrupted:
+        # A failed job's objects (its trainer's open files) sit in reference cycles of its frames: collected here
+        # (0.2-0.5 s a call, so not after a job that finished), except after Ctrl-C, where collecting would finalise
+        # a summary writer the interrupt may have stopped mid-write (closing such a writer was seen to block for
+        # minutes).
+        if not finished and not interrupted and sys.exc_info()[0] is None:
             gc.collect()
 
 
