@@ -10,7 +10,7 @@ Same formulas as ``xlnet_tf.ops`` (``FUSED`` has the names of ``ops.PLAIN``) and
 ``attention.rel_attn_core`` (``rel_attn_core`` here has its signature); outputs within ~2e-6 of the plain ops at
 Base size. Measured gain (PERFORMANCE.md "Accelerations",
 XLNet-Base): 1.04x per training step at 8x128. Used in training passes only (``accel.choose``): at inference
-they measured neutral to 1.05x on AVX2-only cores and 0.98-1.0x on AVX-512 ones, and every new batch shape compiles
+they measured 0.99-1.05x in the table there and 0.98-1.0x on AVX-512 BF16 EPYC, and every new batch shape compiles
 them again (a served request's first call at each new length: ~0.3 s of compiling against ~7 ms of work).
 """
 
