@@ -98,6 +98,36 @@ def test_resume_point_passes_over_damaged_checkpoints_with_a_warning(small_check
         resume_point(str(d))
 
 
+@pytest.mark.parametrize("before", ["three checkpoints", "none"])
+def test_ctrl_c_after_the_manager_named_the_new_checkpoint_leaves_the_directory_as_before(small_checkpoints, tmp_path,
+                                                                                         monkeypatch, before):
+    """A Ctrl-C between the manager's writing of the ``checkpoint`` file (naming the new one) and its cleanup: the
+    partial checkpoint's files are removed and the ``checkpoint`` file says what it said before."""
+    import tensorflow as tf
+
+    from xlnet_tf import checkpoint_files
+
+    d = tmp_path / "c"
+    shutil.copytree(small_checkpoints, d) if before != "none" else d.mkdir()
+    state = (d / "checkpoint").read_bytes() if before != "none" else None
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(v=tf.Variable(np.zeros(4000, np.float32))), str(d),
+                                         max_to_keep=5)
+
+    def interrupted_sweep():
+        assert "ckpt-4" in (d / "checkpoint").read_text()  # the moment: the new checkpoint is already named
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(manager, "_sweep", interrupted_sweep)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint_files.save(manager, 4, str(d))
+    assert not list(d.glob("ckpt-4*"))
+    if before == "none":
+        assert not (d / "checkpoint").exists() and tf.train.latest_checkpoint(str(d)) is None
+    else:
+        assert (d / "checkpoint").read_bytes() == state and tf.train.latest_checkpoint(str(d)) == str(d / "ckpt-3")
+    assert not [p for p in d.iterdir() if ".tmp-" in p.name]
+
+
 @pytest.mark.slow  # trains twice
 def test_rerun_over_a_damaged_latest_checkpoint_resumes_from_the_previous_and_ends_the_same(glue, tmp_path):
     whole = tmp_path / "whole"

@@ -15,7 +15,7 @@ from typing import Optional
 
 import tensorflow as tf
 
-from xlnet_tf.fileutil import write_json
+from xlnet_tf.fileutil import atomic_write, write_json
 from xlnet_tf.tf_checkpoint import CheckpointError, check_readable
 
 log = logging.getLogger("xlnet_tf.training")
@@ -69,17 +69,35 @@ def resume_point(model_dir: str) -> Optional[str]:
 
 def save(manager: tf.train.CheckpointManager, number: int, directory: str) -> str:
     """``manager.save`` as checkpoint ``number``; a failed save (a full disk, Ctrl-C) removes what it wrote first
-    (a full disk: OSError ENOSPC naming the checkpoint)."""
+    and puts back the directory's ``checkpoint`` file as it was (the manager names the new checkpoint there before
+    its cleanup, so a Ctrl-C in between would leave it naming removed files); a full disk: OSError ENOSPC naming
+    the checkpoint."""
     started = time.time()
+    state_file = os.path.join(directory, "checkpoint")
+    state = _read(state_file)
     try:
         return manager.save(checkpoint_number=number)
     except BaseException as e:  # a full disk (or Ctrl-C) mid-write: no partial checkpoint stays behind
         written = remove_partial(directory, number, started)
+        if _read(state_file) != state:
+            if state is None:
+                os.remove(state_file)
+            else:
+                with atomic_write(state_file, "wb") as f:
+                    f.write(state)
         if isinstance(e, Exception) and (getattr(e, "errno", None) == errno.ENOSPC
                                          or "No space left on device" in str(e)):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC),
                           f"checkpoint {written} (its partial files removed)") from None
         raise
+
+
+def _read(path: str) -> Optional[bytes]:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
 
 
 def remove_partial(directory: str, number: int, started: float) -> str:

@@ -176,10 +176,9 @@ class Trainer:
         """Checkpoint of the current step (``checkpoint_files.save``: no partial files stay behind a failed save)."""
         if self.manager is None:
             return None
-        path = checkpoint_files.save(self.manager, int(self.step.numpy()), self._ckpt_dir)
+        self._saved = path = checkpoint_files.save(self.manager, int(self.step.numpy()), self._ckpt_dir)
         if not self.is_chief:
             shutil.rmtree(self._ckpt_dir, ignore_errors=True)
-        self._saved = path
         return path
 
     def _save_history(self, history) -> None:
