@@ -16,7 +16,6 @@ from xlnet_tf.attention import rel_shift
 from xlnet_tf.masks import attention_masks, mask_value, segment_diff
 
 OP = kernels.load()
-ALL = "xla,kernels,chunks"  # every acceleration, at any model size (accelerate=True leaves out xla for small ones)
 NO_KERNELS = "xla,chunks"  # every acceleration but the kernels
 needs_kernel = pytest.mark.skipif(OP is None, reason=f"fused attention kernel: {kernels.status()}")
 
@@ -156,7 +155,7 @@ def test_model_same_outputs_with_and_without_kernel(run, monkeypatch):
     mems = [tf.constant(rng.normal(0, 1, (4, 3, 64)), tf.float32) for _ in range(2)] if run.get("mem_len") else None
     outs, graphs = {}, {}
     for fused in (False, True):
-        monkeypatch.setattr(model.config, "accelerate", ALL if fused else NO_KERNELS)
+        monkeypatch.setattr(model.config, "accelerate", True if fused else NO_KERNELS)
         kw = two_stream_inputs(4, 12) if two_stream else {}
         fn = tf.function(lambda: model(ids, segment_ids=seg, padding_mask=tf.constant(mask), mems=mems, **kw))
         graphs[fused] = op_types(fn)
@@ -305,7 +304,7 @@ def test_training_kernels_same_outputs_and_gradients(run, chunk, segments, monke
     mems = [tf.constant(rng.normal(0, 1, (b, 3, 64)), tf.float32) for _ in range(2)] if run.get("mem_len") else None
     results, graphs = {}, {}
     for fused in (False, True):
-        monkeypatch.setattr(model.config, "accelerate", ALL if fused else NO_KERNELS)
+        monkeypatch.setattr(model.config, "accelerate", True if fused else NO_KERNELS)
         model.dropout_seed.assign([7, 0])
         kw = two_stream_inputs(b, q) if two_stream else {}
         step = tf.function(lambda: _model_step_graph(model, ids, seg, tf.constant(mask), mems, **kw))
@@ -426,7 +425,7 @@ def test_accelerate_off_is_the_plain_math_with_the_same_outputs_and_gradients(tw
     mask[1, :7] = 0
     kw = two_stream_inputs(b, q) if two_stream else {}
     results, graphs = {}, {}
-    fast = small_model(pos_dropout="shared", dropout=rate, dropatt=rate, accelerate=ALL)
+    fast = small_model(pos_dropout="shared", dropout=rate, dropatt=rate)
     for accelerate in (True, False):
         model = fast if accelerate else XLNetModel(fast.config.replace(accelerate=False), seed=3)
         if not accelerate:

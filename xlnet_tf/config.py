@@ -95,8 +95,8 @@ class XLNetConfig:
     # training kernel applies; ~10% faster fine-tuning steps for XLNet-Base at 8x128, PERFORMANCE.md).
     pos_dropout: str = "per_example"
     # The measured speed paths beside the math (xlnet_tf/accel: XLA clusters with hand-written gradients, the
-    # compiled attention kernels, query chunks): true (all that pay for this model: accel.choose), false (the
-    # plain TensorFlow ops only) or a comma list of ACCELERATIONS.
+    # compiled attention kernels, query chunks): true (all), false (the plain TensorFlow ops
+    # only) or a comma list of ACCELERATIONS.
     accelerate: object = True
 
     def __post_init__(self):

@@ -6,8 +6,7 @@ False (the plain TensorFlow ops of ``xlnet_tf.ops`` and the layers only), or a c
 
 * ``xla`` (``fusions``): the memory-bound elementwise chains between the matmuls as small XLA clusters with
   hand-written gradients (LayerNorm, dropout with its neighbours, the biased queries, the score chain); training
-  passes only (``training=True``): inference runs the plain ops; with ``accelerate=True``, only for models from
-  ``XLA_FLOOR`` training FLOPs per token on (XLNet-Base-size; ``xla_pays``).
+  passes only (``training=True``): inference runs the plain ops.
 * ``kernels`` (``fused_attention`` and ``kernels/``): a block's whole attention core as compiled CPU ops.
 * ``chunks`` (``chunks``): bidirectional attention computed in query chunks.
 
@@ -27,7 +26,7 @@ from typing import Callable, Optional
 
 import tensorflow as tf
 
-from xlnet_tf import attention, lengths, ops
+from xlnet_tf import attention, ops
 from xlnet_tf.accel import chunks, fusions, kernels
 from xlnet_tf.accel.fused_attention import CompiledAttention
 from xlnet_tf.paths import Paths
@@ -96,26 +95,17 @@ def library_present() -> Optional[str]:
     return None if os.path.exists(kernels.LIBRARY) else kernels.status()
 
 
-# The XLA clusters pay in training passes of models from this training cost per token on (``lengths.
-# train_flops_per_token``): XLNet-Base (510 MFLOP/token) measured 1.04x a step at 8x128, a 4 x 128 model
-# (4.7 MFLOP/token, the demo's) no faster, and each new batch length compiles them again (one LayerNorm cluster at 16 x L x 128: 0.20-0.26 s).
-# At inference they measure no faster than the plain ops (XLNet-Base) and would compile again for every new
-# request length. PERFORMANCE.md "Accelerations".
-XLA_FLOOR = 100e6
-
-
-def xla_pays(config) -> bool:
-    """Whether ``accelerate=True`` takes the ``xla`` clusters for this model's training passes (``XLA_FLOOR``;
-    naming ``xla`` in ``accelerate`` takes them at any size)."""
-    return lengths.train_flops_per_token(config) >= XLA_FLOOR
-
-
 def choose(config, dtype, training: bool, per_example_pos_dropout: bool) -> Paths:
     """The accelerations of one forward pass: ``config.accelerations`` less what cannot apply to this trace
     (compute ``dtype``; ``per_example_pos_dropout``: dropout on the encodings with a mask per example), as the
     ``Paths`` the layers take. Logged once per trace (once per distinct choice when eager)."""
     names = config.accelerations
-    fused = "xla" in names and training and (config.accelerate is not True or xla_pays(config))
+    # The XLA clusters pay in training passes only: at inference they measure no faster than the plain ops
+    # (XLNet-Base) and compile again for every new batch shape, a served request's first call at each length
+    # included (PERFORMANCE.md "Accelerations"). In training they stay at every size: besides their speed they make
+    # the step bitwise the same from process to process, which a killed run's exact resume relies on; the plain ops
+    # are not (two identical 12-step runs differed in a projection kernel's Adam slots).
+    fused = "xla" in names and training
     table = fusions.FUSED if fused else ops.PLAIN
     chunk = chunks.CHUNK if "chunks" in names and config.attn_type == "bi" else 0
     refusal = kernel_refusal(config, tf.as_dtype(dtype).name, per_example_pos_dropout, xla=_in_xla_context(),
