@@ -18,6 +18,34 @@ XLA_CACHE = os.path.join(tempfile.gettempdir(), "xlnet_tf_suite_xla_cache",
                          os.environ.get("PYTEST_XDIST_TESTRUNUID") or str(os.getpid()))
 os.makedirs(XLA_CACHE, exist_ok=True)
 os.environ["TF_XLA_FLAGS"] = f"{os.environ.get('TF_XLA_FLAGS', '')} --tf_xla_persistent_cache_directory={XLA_CACHE}"
+
+
+def _thread_share() -> int:
+    """The CPUs each pytest-xdist worker may count as its own: this machine's CPUs over the workers (at least 1)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    return max(1, len(os.sched_getaffinity(0)) // workers)
+
+
+# The workers share the machine (pytest.ini: -n 2 on CI's 2 cores): each worker, and every process it starts (the
+# environment is inherited), gives TensorFlow's two thread pools its share of the CPUs instead of one thread per
+# CPU each: 2 workers x (2 intra-op + 2 inter-op threads) on 2 cores spent their time contending (PERFORMANCE.md
+# "Test suite"). A run's own setting wins; a test about the library's threading defaults restores them itself
+# (``DEFAULT_THREADS``). Nothing is set for a single worker.
+THREAD_VARIABLES = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1) > 1:
+    for _name in THREAD_VARIABLES:
+        os.environ.setdefault(_name, str(_thread_share()))
+
+
+def default_threads(env=None) -> dict:
+    """``env`` (default: this process's environment) without the workers' thread shares: a process started with
+    it runs with TensorFlow's own thread pools, as a user's does."""
+    env = dict(os.environ if env is None else env)
+    for name in THREAD_VARIABLES:
+        env.pop(name, None)
+    return env
+
+
 SHARED = os.environ.get("SHARED_DATA") or os.path.join(REPO, "..", "shared", "data")
 
 

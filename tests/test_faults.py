@@ -3,10 +3,11 @@ times: the next run of the same command picks up what the killed one left, and t
 the uninterrupted run's results, export and every saved tensor (weights, Adam slots, step, dropout seed), or
 refuses with one clear line; nothing half-written is trusted. One folder takes the kills in turn (each run after a
 kill starts from what the killed one left, so each kill's leftovers are read by a real rerun, and one training run
-carries every check); the killed runs are processes (kill -9 is the point); the uninterrupted reference (a process
-too: its duration sets the random kill times; started in the background while the first kill runs) and the last
-rerun run in-process through run_classifier's ``main``. Ctrl-C (SIGINT) ends a run in one line saying where to
-resume from, and the run resumes from any working directory."""
+carries every check); the killed runs are processes (kill -9 is the point), and so are the uninterrupted reference
+(its duration sets the random kill times; started in the background while the first kill runs) and the last rerun,
+every one with TensorFlow's own thread pools as a user's run has them (not the suite workers' share of the CPUs:
+``conftest.default_threads``). Ctrl-C (SIGINT) ends a run in one line saying where to resume from, and the run
+resumes from any working directory."""
 
 import json
 import os
@@ -21,9 +22,7 @@ import time
 import numpy as np
 import pytest
 
-import run_classifier
-from tests.cli_util import call
-from tests.conftest import REPO, TINIEST, glue_args, shared_path
+from tests.conftest import REPO, TINIEST, default_threads, glue_args, shared_path
 from tests.subprocess_util import ctrl_c_reaches_it
 
 pytestmark = pytest.mark.slow  # every test here kills a process
@@ -51,9 +50,13 @@ def command(d, name):
                  "--do_eval"]
 
 
+# The kill loop's processes: TensorFlow's default thread pools, in which a killed run's exact resume is the promise.
+ENV = default_threads(dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+
+
 def rerun(cmd):
-    """The same command again, in-process (``cmd`` as ``command`` gives it: [python, script, flags...])."""
-    return call(run_classifier, *cmd[2:])
+    """The same command again, a process (``cmd`` as ``command`` gives it: [python, script, flags...])."""
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=ENV, timeout=900)
 
 
 def saved_tensors(model_dir):
@@ -93,8 +96,7 @@ def _writing(out, pid):
 def kill_during(cmd, out, phase, deadline):
     """Starts ``cmd``, kills it (SIGKILL) when ``phase`` is seen under way (or at ``deadline`` seconds, for a
     phase given as a number); returns what was under way at the kill."""
-    p = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    p = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
     t0, seen = time.time(), None
     while p.poll() is None:
         seen = _writing(out, p.pid)
@@ -113,8 +115,7 @@ def started_reference(setup):
     """The uninterrupted run, a process started in the background (``reference`` waits for it)."""
     out, cmd = command(setup, "reference")
     err = open(setup / "reference.stderr", "w+")
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=err, text=True,
-                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=err, text=True, env=ENV)
     t0, ended = time.time(), []
     waiter = threading.Thread(target=lambda: (proc.wait(), ended.append(time.time())), daemon=True)
     waiter.start()
@@ -156,10 +157,10 @@ def test_killed_runs_then_rerun_give_the_uninterrupted_result(setup, started_ref
     assert [w for p, w in zip(KILLS, seen) if not p.startswith("random")] == ["tfrecords", "checkpoint", "export"], seen
     reference = request.getfixturevalue("reference")
     r = rerun(cmd)
-    if r.code == 2:  # a refusal is allowed, as one clear line
+    if r.returncode == 2:  # a refusal is allowed, as one clear line
         assert "Traceback" not in r.stderr, r.stderr[-3000:]
-        pytest.fail(f"the rerun refused: {r.error}")  # not expected for a same-command rerun
-    assert r.code == 0, r.stderr[-3000:]
+        pytest.fail(f"the rerun refused: {r.stderr.strip().splitlines()[-1]}")  # not expected of the same command
+    assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads((out / "run" / "eval_results.json").read_text()) == reference["eval"]
     np.testing.assert_array_equal(serve(out / "export"), reference["served"])
     tensors = saved_tensors(out / "run" / "model")
