@@ -104,8 +104,8 @@ def choose(config, dtype, training: bool, per_example_pos_dropout: bool) -> Path
     # (XLNet-Base) and compile again for every new batch shape, a served request's first call at each length
     # included (PERFORMANCE.md "Accelerations"). In training they stay at every size: besides their speed they make
     # the step bitwise the same from process to process, which a killed run's exact resume relies on; the plain ops
-    # are not with TensorFlow's intra-op threads (two identical 12-step runs differed in a projection kernel's Adam
-    # slots; with one thread they were equal).
+    # are not with TensorFlow's default thread pools (two identical 12-step runs differed in a projection kernel's
+    # Adam slots; with one intra-op or one inter-op thread they were equal).
     fused = "xla" in names and training
     table = fusions.FUSED if fused else ops.PLAIN
     chunk = chunks.CHUNK if "chunks" in names and config.attn_type == "bi" else 0
