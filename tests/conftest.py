@@ -34,19 +34,20 @@ def _thread_share() -> int:
 # The workers share the machine (pytest.ini: -n 2 on CI's 2 cores): each worker, and every process it starts (the
 # environment is inherited), gives TensorFlow's two thread pools its share of the CPUs instead of one thread per
 # CPU each: 2 workers x (2 intra-op + 2 inter-op threads) on 2 cores spent their time contending (PERFORMANCE.md
-# "Test suite"). A run's own setting wins; a test about the library's threading defaults restores them itself
-# (``DEFAULT_THREADS``). Nothing is set for a single worker.
-THREAD_VARIABLES = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
+# "Test suite"). A run's own setting wins; a test about a user's threading starts its processes without the shares
+# (``default_threads``). Nothing is set for a single worker.
+THREAD_SHARES = {}
 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1) > 1:
-    for _name in THREAD_VARIABLES:
-        os.environ.setdefault(_name, str(_thread_share()))
+    for _name in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"):
+        if _name not in os.environ:
+            THREAD_SHARES[_name] = os.environ[_name] = str(_thread_share())
 
 
 def default_threads(env=None) -> dict:
-    """``env`` (default: this process's environment) without the workers' thread shares: a process started with
-    it runs with TensorFlow's own thread pools, as a user's does."""
+    """``env`` (default: this process's environment) without the thread shares set above: a process started with
+    it runs with TensorFlow's own thread pools, as a user's does (or with the run's own setting)."""
     env = dict(os.environ if env is None else env)
-    for name in THREAD_VARIABLES:
+    for name in THREAD_SHARES:
         env.pop(name, None)
     return env
 
