@@ -9,6 +9,8 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # as the run_*.py entry poi
 
 import pytest  # noqa: E402
 
+from xlnet_tf.hardware import usable_cpus  # noqa: E402  (imports no TensorFlow: the shares below come first)
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # One XLA compilation cache for the run, shared by both workers and every process they start (the environment is
 # inherited): the suite compiles the same few XLA clusters again and again (a tiny model's grouped optimizer
@@ -25,22 +27,17 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=1".strip()
 
 
-def _thread_share() -> int:
-    """The CPUs each pytest-xdist worker may count as its own: this machine's CPUs over the workers (at least 1)."""
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
-    return max(1, len(os.sched_getaffinity(0)) // workers)
-
-
 # The workers share the machine (pytest.ini: -n 2 on CI's 2 cores): each worker, and every process it starts (the
 # environment is inherited), gives TensorFlow's two thread pools its share of the CPUs instead of one thread per
 # CPU each: 2 workers x (2 intra-op + 2 inter-op threads) on 2 cores spent their time contending (PERFORMANCE.md
 # "Test suite"). A run's own setting wins; a test about a user's threading starts its processes without the shares
 # (``default_threads``). Nothing is set for a single worker.
 THREAD_SHARES = {}
-if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1) > 1:
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+if WORKERS > 1:
     for _name in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"):
-        if _name not in os.environ:
-            THREAD_SHARES[_name] = os.environ[_name] = str(_thread_share())
+        if _name not in os.environ:  # each worker's share of the CPUs, at least 1
+            THREAD_SHARES[_name] = os.environ[_name] = str(max(1, usable_cpus() // WORKERS))
 
 
 def default_threads(env=None) -> dict:
