@@ -299,6 +299,24 @@ def test_predict_default_strategy():
     assert np.array_equal(out["label"], data["label"])
 
 
+def test_predict_traces_the_model_once_for_batches_of_any_shape():
+    """Batches padded to their own longest row (and a short last batch) run through one trace of the model, not
+    one per shape; rows come back in order, each its own sum."""
+    traces = []
+
+    class Summer(keras.Model):
+        def call(self, features, training=False):
+            traces.append(1)
+            return {"sum": tf.reduce_sum(features["x"], 1)}
+
+    lengths = (3, 5, 7, 2, 9, 4, 6)  # batches of 2: lengths 5, 7, 9 and a last batch of one row of 6
+    ds = tf.data.Dataset.from_generator(lambda: ({"x": np.ones([n], np.float32)} for n in lengths),
+                                        output_signature={"x": tf.TensorSpec([None], tf.float32)}).padded_batch(2)
+    out = training.predict(Summer(), ds)
+    np.testing.assert_array_equal(out["sum"], np.array(lengths, np.float32))
+    assert len(traces) == 1
+
+
 def test_predict_float16_model_on_cpu():
     """A mixed_float16 model predicts through XLA on CPU (graph-mode float16 has no fast CPU kernels): same
     outputs as the model called eagerly, within float16 rounding; the partial last batch recompiles fine."""

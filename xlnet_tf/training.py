@@ -146,6 +146,11 @@ class Trainer:
         self._saved: Optional[str] = None  # the last checkpoint this trainer wrote
         self._step_fn = self._build_step()
 
+    def close(self) -> None:
+        """Lets go of the input iterator (and the checkpoint that tracks it): its open files close now, not when
+        Python next collects the trainer's reference cycles (the step function refers back to the trainer)."""
+        self.iterator = self.checkpoint = self.manager = None
+
     # ------------------------------------------------------------------ pieces
     def _make_iterator(self, skip: int):
         k = self.config.grad_accum_steps
@@ -289,7 +294,9 @@ def predict(model, dataset: tf.data.Dataset, strategy: Optional[tf.distribute.St
         # as training: on a CPU only XLA has fast float16
         forward = tf.function(forward, jit_compile=True, autograph=False)
 
-    @tf.function(autograph=False)
+    # One trace for every batch: the dataset's element spec (its padded length and last batch left open), not
+    # one per batch shape (batches padded to their own longest row would each trace the model again).
+    @tf.function(autograph=False, input_signature=[dist.element_spec])
     def step(features):
         out = strategy.run(forward, args=(features,))
         return {key: strategy.gather(val, axis=0) for key, val in out.items()}
