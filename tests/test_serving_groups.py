@@ -155,6 +155,26 @@ def test_group_plan_cuts_between_padded_lengths_at_least_cost():
 
 # ---------------------------------------------------------------------------------------------- classifier
 @pytest.mark.slow  # (a few seconds: a traced model or real data read whole)
+def test_the_groups_call_one_trace_of_the_model():
+    """``run`` is traced once for every group's shape (an export traces the model once per grouped signature);
+    each row's answer comes back in the request's order."""
+    import tensorflow as tf
+
+    from xlnet_tf.export import run_in_groups
+
+    traces = []
+
+    def run(features):
+        traces.append(1)
+        return {"tokens": tf.reduce_sum(features["x"], 1)}
+
+    lengths = [3, 30, 7, 1, 16, 30, 9]  # left-padded rows of ones, to the longest (30): several groups
+    x = np.array([[0] * (30 - n) + [1] * n for n in lengths], np.int32)
+    grouped = tf.function(lambda x, n: run_in_groups(run, {"x": x}, n, max_len=L, max_groups=4), autograph=False)
+    np.testing.assert_array_equal(grouped(tf.constant(x), tf.constant(lengths)).get("tokens"), lengths)
+    assert len(traces) == 1
+
+
 def test_mixed_lengths_give_the_one_batch_answers_in_order_with_fewer_positions(classifier, tok):
     import tensorflow as tf
 

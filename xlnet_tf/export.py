@@ -168,17 +168,19 @@ def run_in_groups(run: Callable[[Dict[str, tf.Tensor]], Dict[str, tf.Tensor]], f
     if max_groups <= 1:
         return run(features)
     plan = group_plan(lengths, max_len, multiple, max_groups, GROUP_COST_TOKENS / unit_tokens)
-    # The outputs' structure and dtypes, for the loop's TensorArrays (a trace of ``run`` the graph never calls).
+    # ``run`` traced once, for any group's shape: the loop calls it, and its outputs' structure and dtypes size the
+    # loop's TensorArrays.
     specs = {k: tf.TensorSpec([None if d in (0, axis) else s for d, s in enumerate(v.shape)], v.dtype)
              for k, v in features.items()}
-    out_spec = tf.function(run, autograph=False).get_concrete_function(specs).structured_outputs
+    traced = tf.function(run, autograph=False).get_concrete_function(specs)
+    out_spec = traced.structured_outputs
     flat_spec = tf.nest.flatten(out_spec)
     groups = tf.size(plan["lengths"])
 
     def body(g, arrays):
         rows = plan["order"][plan["bounds"][g]:plan["bounds"][g + 1]]
         group = {k: _trim(tf.gather(v, rows), plan["lengths"][g], axis, left) for k, v in features.items()}
-        return g + 1, [a.write(g, out) for a, out in zip(arrays, tf.nest.flatten(run(group)))]
+        return g + 1, [a.write(g, out) for a, out in zip(arrays, tf.nest.flatten(traced(group)))]
 
     arrays = [tf.TensorArray(s.dtype, size=groups, infer_shape=False,
                              element_shape=tf.TensorShape([None]).concatenate(s.shape[1:])) for s in flat_spec]
