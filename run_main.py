@@ -92,6 +92,7 @@ def main(argv: Optional[Sequence[str]], define: Callable[[flags.FlagValues], Non
     import_tensorflow()
 
     interrupted = finished = False
+    opened = open_descriptors()
     try:
         value = job(fv)
         finished = True
@@ -115,12 +116,34 @@ def main(argv: Optional[Sequence[str]], define: Callable[[flags.FlagValues], Non
                        f"checkpoint and export are kept: free space and run again to resume")
     finally:
         run_state.release_held()
-        # A failed job's objects (its trainer's open files) sit in reference cycles of its frames: collected here
-        # (0.2-0.5 s a call, so not after a job that finished), except after Ctrl-C, where collecting would finalise
-        # a summary writer the interrupt may have stopped mid-write (closing such a writer was seen to block for
-        # minutes).
-        if not finished and not interrupted and sys.exc_info()[0] is None:
+        # A failed job's objects may hold files open from reference cycles of its frames: collected here when the
+        # job left a file descriptor open (a full collection costs 0.2-0.5 s in a fresh process, more in a long-lived
+        # one; a finished job lets go of its input files itself), except after Ctrl-C, where collecting would
+        # finalise a summary writer the interrupt may have stopped mid-write (closing such a writer was seen to
+        # block for minutes).
+        if not finished and not interrupted and sys.exc_info()[0] is None and left_open(opened):
             gc.collect()
+
+
+def open_descriptors() -> Optional[set]:
+    """This process's open file descriptors with what each one names (None where the system does not list them)."""
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return None
+    found = set()
+    for name in names:
+        try:
+            found.add((name, os.readlink(f"/proc/self/fd/{name}")))
+        except OSError:  # closed meanwhile (the listing's own descriptor among them)
+            pass
+    return found
+
+
+def left_open(before: Optional[set]) -> bool:
+    """Whether a descriptor open now was not open at ``before`` (True where descriptors cannot be listed)."""
+    now = open_descriptors()
+    return before is None or now is None or not now <= before
 
 
 def import_tensorflow() -> None:

@@ -71,7 +71,10 @@ class FineTuner:
         trainer = Trainer(self.build_model, ds, train_config, self.strategy)
         if trainer.restored_from:
             log.info("resumed from %s", trainer.restored_from)
-        result = trainer.train()  # writes model_dir/train_history.json with each checkpoint
+        try:
+            result = trainer.train()  # writes model_dir/train_history.json with each checkpoint
+        finally:
+            trainer.close()
         self.model, self.step = result.model, int(trainer.step.numpy())
         return result
 

@@ -384,6 +384,7 @@ def run(spec: PretrainSpec, plan: PretrainPlan, config, tokenizer, spiece: str, 
         step = int(trainer.step.numpy())
         evaluate(step)
         write_results(done=False)
+    trainer.close()  # its input files close now
 
     if is_chief:
         model.save_backbone(out_dir)
