@@ -150,6 +150,7 @@ def test_disk_full_is_one_line_and_keeps_the_last_checkpoint(glue, tmp_path):
         subprocess.run(["umount", str(mnt)])
 
 
+@pytest.mark.slow
 def test_a_finished_run_leaves_none_of_its_files_open(glue, tmp_path):
     """Training lets go of its input when it ends (``Trainer.close``): once the call returns, no descriptor of this
     process names a file in the run's folders, with Python's cyclic collector off (nothing closed by chance). And

@@ -153,8 +153,6 @@ def test_group_plan_cuts_between_padded_lengths_at_least_cost():
         assert got == _best_padded_tokens(lengths, groups, cost), (lengths, groups, p)
 
 
-# ---------------------------------------------------------------------------------------------- classifier
-@pytest.mark.slow  # (a few seconds: a traced model or real data read whole)
 def test_the_groups_call_one_trace_of_the_model():
     """``run`` is traced once for every group's shape (an export traces the model once per grouped signature);
     each row's answer comes back in the request's order."""
@@ -175,6 +173,8 @@ def test_the_groups_call_one_trace_of_the_model():
     assert len(traces) == 1
 
 
+# ---------------------------------------------------------------------------------------------- classifier
+@pytest.mark.slow  # (a few seconds: a traced model or real data read whole)
 def test_mixed_lengths_give_the_one_batch_answers_in_order_with_fewer_positions(classifier, tok):
     import tensorflow as tf
 
