@@ -12,8 +12,10 @@ import numpy as np, tensorflow as tf
 from xlnet_tf import XLNetConfig, XLNetTokenizer, training
 from xlnet_tf.task_model import TaskModel
 from xlnet_tf.heads.classification import ClassificationHead
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_util import shared_dir  # noqa: E402
 print("training from", training.__file__)
-SHARED = os.environ.get("SHARED_DATA") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
+SHARED = shared_dir()
 tok = XLNetTokenizer(os.path.join(SHARED, "spiece", "spiece.model"))
 lines = open(os.path.join(SHARED, "glue", "SST-2", "dev.tsv")).read().splitlines()[1:]
 ids = [tok.encode(l.rsplit("\t", 1)[0])[:126] + [tok.sep_id, tok.cls_id] for l in lines]

@@ -9,8 +9,12 @@ the largest output difference and texts/s medians.
 
 PERFORMANCE.md "Evaluation and export: one trace" holds the figures."""
 import os, sys, time, statistics, importlib.util  # noqa: E401
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.environ.get("SHARED_DATA") or os.path.join(ROOT, "..", "shared", "data")
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from bench_util import shared_dir  # noqa: E402
+
+SHARED = shared_dir()
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 MODE = sys.argv[1]
 if MODE == "export":
