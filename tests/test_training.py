@@ -82,7 +82,9 @@ def test_balanced_groups_cover_every_index_once():
 def test_update_in_groups_is_apply_of_the_scaled_gradients(bias_correction):
     """AdamW.apply_in_groups (the Trainer's jit "update": one XLA cluster per group, run at once) gives the same
     weights, moments and step count as apply() on the clipped, layer-scaled gradients, bit for bit (float32:
-    the same operations in the same order), over three steps with decay flags and per-variable LR factors."""
+    the same operations in the same order), over three steps with decay flags and per-variable LR factors. Each
+    group's function is traced once, and another optimizer on another model of the same shapes reuses it."""
+    optimization.group_update.cache_clear()
     model = make_model(dropout=0.0)()
     variables = model.trainable_variables
     decay, lr_mult = optimization.decay_flags(model, variables), optimization.layer_decay_factors(
@@ -112,9 +114,9 @@ def test_update_in_groups_is_apply_of_the_scaled_gradients(bias_correction):
     def grouped(grads, scale):
         b.apply_in_groups(grads, vb, scale, grad_mult, groups=3)
 
-    for step in range(3):
-        grads = [tf.constant(rng.standard_normal(v.shape).astype(np.float32)) for v in va]
-        scale = tf.constant(0.25 + step, tf.float32)
+    steps = [([tf.constant(rng.standard_normal(v.shape).astype(np.float32)) for v in va],
+              tf.constant(0.25 + step, tf.float32)) for step in range(3)]
+    for grads, scale in steps:
         reference(grads, scale)
         grouped(grads, scale)
     assert int(a.iterations.numpy()) == int(b.iterations.numpy()) == 3
@@ -122,7 +124,19 @@ def test_update_in_groups_is_apply_of_the_scaled_gradients(bias_correction):
     assert moved > 1e-3  # the steps moved the weights
     for x, y in zip(list(va) + a._momentums + a._velocities, list(vb) + b._momentums + b._velocities):
         np.testing.assert_array_equal(x.numpy(), y.numpy(), err_msg=x.path)
-    assert len(b._group_fns) == 3  # built once, reused by every step
+    fns = [optimization.group_update(spec) for _, spec in b.groups(vb, grad_mult, 3)]
+    assert [f.experimental_get_tracing_count() for f in fns] == [1, 1, 1]  # built once, reused by every step
+    vc, c = make()
+
+    @tf.function
+    def another(grads, scale):
+        c.apply_in_groups(grads, vc, scale, grad_mult, groups=3)
+
+    for grads, scale in steps:
+        another(grads, scale)
+    assert [f.experimental_get_tracing_count() for f in fns] == [1, 1, 1]  # the same traces (and XLA executables)
+    for x, y in zip(list(vb) + b._momentums + b._velocities, list(vc) + c._momentums + c._velocities):
+        np.testing.assert_array_equal(x.numpy(), y.numpy(), err_msg=x.path)
 
 
 def _one_step_delta(learning_rate=1e-3, **kw):

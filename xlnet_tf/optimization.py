@@ -26,7 +26,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence
+import functools
+from typing import Dict, List, Optional, Sequence
 
 import keras
 import tensorflow as tf
@@ -155,7 +156,6 @@ class AdamW(keras.optimizers.AdamW):
         self.grads_pre_reduced = False
         self._lr_mult: Dict[int, float] = {}
         self._decay: Dict[int, bool] = {}
-        self._group_fns: Dict[tuple, Any] = {}
 
     def set_lr_multipliers(self, variables: Sequence, multipliers: Sequence[float]) -> None:
         """Per-variable learning-rate factors (also applied to the decoupled weight decay)."""
@@ -193,20 +193,15 @@ class AdamW(keras.optimizers.AdamW):
 
     def _update(self, gradient, variable, learning_rate, t):
         """One variable's step; ``t`` is the 1-based count of this update (bias correction)."""
-        dtype = variable.dtype
-        lr = tf.cast(learning_rate, dtype) * self.lr_multiplier(variable)
-        gradient = tf.cast(gradient, dtype)
-        if self.weight_decay and self._use_weight_decay(variable):
-            self.assign_sub(variable, variable * tf.cast(self.weight_decay, dtype) * lr)
         index = self._get_variable_index(variable)
-        m, v = self._momentums[index], self._velocities[index]
-        self.assign_add(m, (gradient - m) * (1.0 - self.beta_1))
-        self.assign_add(v, (tf.square(gradient) - v) * (1.0 - self.beta_2))
-        if self.bias_correction:
-            t = tf.cast(t, dtype)
-            b1, b2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
-            lr = lr * tf.sqrt(1.0 - tf.pow(b2, t)) / (1.0 - tf.pow(b1, t))
-        self.assign_sub(variable, m * lr / (tf.sqrt(v) + self.epsilon))
+        adamw_step(gradient, variable, self._momentums[index], self._velocities[index], learning_rate, t,
+                   self.lr_multiplier(variable), bool(self.weight_decay) and self._use_weight_decay(variable),
+                   self._hyper())
+
+    def _hyper(self) -> tuple:
+        """(weight_decay, beta_1, beta_2, epsilon, bias_correction): what ``adamw_step`` reads of the optimizer."""
+        return (float(self.weight_decay or 0.0), float(self.beta_1), float(self.beta_2), float(self.epsilon),
+                self.bias_correction)
 
     def apply_in_groups(self, grads: Sequence, variables: Sequence, scale=None,
                         grad_mult: Optional[Sequence[float]] = None, groups: int = 2) -> None:
@@ -225,37 +220,74 @@ class AdamW(keras.optimizers.AdamW):
         mult = list(grad_mult) if grad_mult is not None else [1.0] * len(variables)
         if not (len(grads) == len(variables) == len(mult)):
             raise ValueError("apply_in_groups: one gradient and one multiplier per variable")
-        parts = balanced_groups([int(v.shape.num_elements()) for v in variables], groups)
         lr = self._get_current_learning_rate()
         t = self.iterations + 1  # read once, before the increment below
         scale = tf.constant(1.0) if scale is None else scale
-        for part in parts:
-            key = tuple(self._var_key(variables[i]) for i in part) + tuple(mult[i] for i in part)
-            fn = self._group_fns.get(key)
-            if fn is None:
-                fn = self._group_fns[key] = self._group_fn([variables[i] for i in part], [mult[i] for i in part])
-            fn([grads[i] for i in part], scale, lr, t)
+        for part, spec in self.groups(variables, mult, groups):
+            slots = [self._get_variable_index(variables[i]) for i in part]
+            group_update(spec)([grads[i] for i in part], [unwrap(variables[i]) for i in part],
+                               [unwrap(self._momentums[j]) for j in slots],
+                               [unwrap(self._velocities[j]) for j in slots], scale, lr, t)
         self._iterations.assign_add(1)
 
-    def _group_fn(self, variables, mult):
-        """One XLA cluster updating ``variables``: gradient x scale (x its multiplier), then ``_update``."""
-        variables = [v.value for v in variables]  # the tf.Variables behind the Keras variables, as update_step
-
-        @tf.function(jit_compile=True, autograph=False)
-        def update(grads, scale, lr, t):
-            for g, var, m in zip(grads, variables, mult):
-                g = g * tf.cast(scale, g.dtype)
-                if m != 1.0:
-                    g = g * m
-                self._update(g, var, lr, t)
-
-        return update
+    def groups(self, variables: Sequence, grad_mult: Sequence[float], groups: int) -> List[tuple]:
+        """``apply_in_groups``' groups: [(indices into ``variables``, the group's ``group_update`` spec)]."""
+        hyper, decays = self._hyper(), bool(self.weight_decay)
+        weights = [(self.lr_multiplier(v), decays and self._use_weight_decay(v), float(m))
+                   for v, m in zip(variables, grad_mult)]
+        parts = balanced_groups([int(v.shape.num_elements()) for v in variables], groups)
+        return [(part, (hyper, tuple(weights[i] for i in part))) for part in parts]
 
     def get_config(self):
         config = super().get_config()
         config["bias_correction"] = self.bias_correction
         config.pop("amsgrad", None)
         return config
+
+
+def unwrap(variable):
+    """The tf.Variable behind a Keras variable (what the optimizer's own ``assign_*`` write to)."""
+    return variable.value if isinstance(variable, keras.Variable) else variable
+
+
+def adamw_step(gradient, variable, m, v, learning_rate, t, lr_mult: float, decay: bool, hyper: tuple) -> None:
+    """One variable's AdamW step (``AdamW``'s arithmetic, written once): the decoupled decay at the variable's
+    learning rate, the moments ``m``/``v``, the bias correction for the 1-based update count ``t``; ``hyper`` is
+    ``AdamW._hyper()``. The variables are Keras or tf.Variables; each write is cast to the variable's dtype."""
+    weight_decay, beta_1, beta_2, epsilon, bias_correction = hyper
+    variable, m, v = unwrap(variable), unwrap(m), unwrap(v)
+    dtype = variable.dtype
+    lr = tf.cast(learning_rate, dtype) * lr_mult
+    gradient = tf.cast(gradient, dtype)
+    if decay:
+        variable.assign_sub(tf.cast(variable * tf.cast(weight_decay, dtype) * lr, dtype))
+    m.assign_add(tf.cast((gradient - m) * (1.0 - beta_1), dtype))
+    v.assign_add(tf.cast((tf.square(gradient) - v) * (1.0 - beta_2), dtype))
+    if bias_correction:
+        t = tf.cast(t, dtype)
+        b1, b2 = tf.cast(beta_1, dtype), tf.cast(beta_2, dtype)
+        lr = lr * tf.sqrt(1.0 - tf.pow(b2, t)) / (1.0 - tf.pow(b1, t))
+    variable.assign_sub(tf.cast(m * lr / (tf.sqrt(v) + epsilon), dtype))
+
+
+@functools.lru_cache(maxsize=32)
+def group_update(spec: tuple):
+    """The XLA function updating one group of weights; ``spec`` = (``AdamW._hyper()``, per weight (learning-rate
+    factor, decay flag, gradient factor)). The weights and their moments are its arguments, so every optimizer
+    with that spec shares it: the next model of the same shapes in the process (a sweep, a notebook's rerun, the
+    next command-line job run in-process) reuses its trace and its compiled XLA executable (TensorFlow caches
+    those by function name and argument shapes) instead of compiling its own."""
+    hyper, weights = spec
+
+    @tf.function(jit_compile=True, autograph=False)
+    def update(grads, variables, momentums, velocities, scale, lr, t):
+        for g, var, m, v, (lr_mult, decay, grad_mult) in zip(grads, variables, momentums, velocities, weights):
+            g = g * tf.cast(scale, g.dtype)
+            if grad_mult != 1.0:
+                g = g * grad_mult
+            adamw_step(g, var, m, v, lr, t, lr_mult, decay, hyper)
+
+    return update
 
 
 def select_trainable(model, num_trainable_layers: Optional[int] = None) -> List:
