@@ -70,19 +70,23 @@ class _Host:
     @classmethod
     def run(cls, code: str, cwd, timeout: float) -> None:
         if cls.proc is None or cls.proc.poll() is not None:
+            cls.stop()
             cls.log = tempfile.TemporaryFile("w+")
             cls.proc = subprocess.Popen([sys.executable, "-c", _HOST, json.dumps(PROJECT_MODULES)], text=True,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=cls.log,
                                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), cwd=tempfile.gettempdir())
         proc, start = cls.proc, cls.log.seek(0, os.SEEK_END)
-        proc.stdin.write(json.dumps({"code": code, "cwd": str(cwd)}) + "\n")
-        proc.stdin.flush()
-        ready, _, _ = select.select([proc.stdout], [], [], timeout)
+        try:
+            proc.stdin.write(json.dumps({"code": code, "cwd": str(cwd)}) + "\n")
+            proc.stdin.flush()
+            ready, _, _ = select.select([proc.stdout], [], [], timeout)
+        except BrokenPipeError:  # the host had died
+            ready = [proc.stdout]
         line = proc.stdout.readline() if ready else ""
-        if not line:
-            cls.stop()
         cls.log.seek(start)
         log = cls.log.read()[-3000:]
+        if not line:
+            cls.stop()
         assert line, f"the serving host {'timed out after %ss' % timeout if not ready else 'died'}:\n{log}"
         reply = json.loads(line)
         if "error" in reply:
@@ -91,9 +95,11 @@ class _Host:
 
     @classmethod
     def stop(cls) -> None:
-        if cls.proc is not None and cls.proc.poll() is None:
-            cls.proc.kill()
-            cls.proc.wait()
+        if cls.proc is not None:
+            if cls.proc.poll() is None:
+                cls.proc.kill()
+            cls.proc.communicate()  # (closes the pipes)
+            cls.log.close()
         cls.proc = None
 
 
