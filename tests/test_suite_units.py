@@ -1,7 +1,7 @@
-"""The suite's own machinery. Its scheduling (tests/conftest.py): under ``--dist loadgroup`` a test reading a module-scoped
-fixture carries its module's group, so pytest-xdist runs the module's tests on one worker and the fixture is
-built once. pytest 9.2 with pytest-xdist 3.8 drops the groups without a word (pytest-xdist issue #1386): every
-module fixture and shared training run is then built on both workers. Its serving host
+"""The suite's own machinery. Its scheduling (tests/conftest.py): under ``--dist loadgroup`` a test reading a
+module-scoped fixture carries its module's group, so pytest-xdist runs the module's tests on one worker and the
+fixture is built once. pytest 9.2 with pytest-xdist 3.8 drops the groups without a word (pytest-xdist issue #1386):
+every module fixture and shared training run is then built on both workers. Its serving host
 (tests/subprocess_util.py): served code that needs the project fails the test, and the next test gets a clean host."""
 
 import pytest

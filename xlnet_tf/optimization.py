@@ -195,8 +195,11 @@ class AdamW(keras.optimizers.AdamW):
         """One variable's step; ``t`` is the 1-based count of this update (bias correction)."""
         index = self._get_variable_index(variable)
         adamw_step(gradient, variable, self._momentums[index], self._velocities[index], learning_rate, t,
-                   self.lr_multiplier(variable), bool(self.weight_decay) and self._use_weight_decay(variable),
-                   self._hyper())
+                   self.lr_multiplier(variable), self._decayed(variable), self._hyper())
+
+    def _decayed(self, variable) -> bool:
+        """Whether the decoupled weight decay applies to ``variable`` in this optimizer's steps."""
+        return bool(self.weight_decay) and self._use_weight_decay(variable)
 
     def _hyper(self) -> tuple:
         """(weight_decay, beta_1, beta_2, epsilon, bias_correction): what ``adamw_step`` reads of the optimizer."""
@@ -232,11 +235,9 @@ class AdamW(keras.optimizers.AdamW):
 
     def groups(self, variables: Sequence, grad_mult: Sequence[float], groups: int) -> List[tuple]:
         """``apply_in_groups``' groups: [(indices into ``variables``, the group's ``group_update`` spec)]."""
-        hyper, decays = self._hyper(), bool(self.weight_decay)
-        weights = [(self.lr_multiplier(v), decays and self._use_weight_decay(v), float(m))
-                   for v, m in zip(variables, grad_mult)]
+        weights = [(self.lr_multiplier(v), self._decayed(v), float(m)) for v, m in zip(variables, grad_mult)]
         parts = balanced_groups([int(v.shape.num_elements()) for v in variables], groups)
-        return [(part, (hyper, tuple(weights[i] for i in part))) for part in parts]
+        return [(part, (self._hyper(), tuple(weights[i] for i in part))) for part in parts]
 
     def get_config(self):
         config = super().get_config()
