@@ -17,7 +17,9 @@ from absl import flags
 
 from xlnet_tf.heads import DEFAULT_SUMMARY, SUMMARY_TYPES
 from xlnet_tf.tasks.runner import Plan, TaskOptions
+from xlnet_tf.checkpoint import HF_WRITTEN
 from xlnet_tf.config import XLNetConfig
+from xlnet_tf.fileutil import SAVED_MODEL, check_replaceable
 from xlnet_tf.hardware import POLICY_OF_DTYPE, PRECISIONS
 from xlnet_tf.train_config import LAYER_DECAY_MODES, TrainConfig
 
@@ -26,6 +28,8 @@ from xlnet_tf.train_config import LAYER_DECAY_MODES, TrainConfig
 RUN_DIR_FLAGS = ("output_dir", "model_dir", "cache_dir", "export_dir", "record_dir", "predict_dir")
 # Of those, the ones a run may only read when they exist (a shared, read-only cache of features or records).
 SHARED_DIR_FLAGS = ("cache_dir", "record_dir", "model_dir")
+# The flags naming a directory the run writes whole, and what it writes there: only an earlier one is replaced.
+REPLACED_DIRS = {"export_dir": SAVED_MODEL, "export_huggingface": HF_WRITTEN}
 
 
 class Definer:
@@ -224,6 +228,13 @@ def settle(fv: flags.FlagValues) -> None:
         value = fv[name].value if name in fv else None
         if value and "://" not in value:
             check_writable_dir(name, os.path.abspath(os.path.expanduser(value)))
+    for name, written in REPLACED_DIRS.items():  # an export replaces only an earlier export of its kind
+        value = fv[name].value if name in fv else None
+        if value and "://" not in value:
+            try:
+                check_replaceable(os.path.abspath(os.path.expanduser(value)), written)
+            except ValueError as e:
+                raise ValueError(f"--{name}={e}") from None
     path = fv["init_checkpoint"].value if "init_checkpoint" in fv else None
     if path and "://" not in path and not os.path.isdir(path):
         folder, prefix = os.path.split(os.path.abspath(path))

@@ -194,17 +194,15 @@ class RunGuard:
             write_json(path, {**(old or {}), **self.manifest}, indent=2, sort_keys=True)
 
     def _clear(self, directory: str) -> None:
-        """Removes a work directory; the run directory itself only loses its checkpoints (it holds the lock)."""
+        """Removes what a run wrote in ``directory`` (its checkpoints, summaries, history, manifest and cached
+        features); anything else there stays (we delete only what we wrote)."""
         if not os.path.isdir(directory):
             return
-        if os.path.abspath(directory) != os.path.abspath(self.run_dir):
-            shutil.rmtree(directory)
-            os.makedirs(directory)
-            return
-        for name in os.listdir(directory):
+        names = set(os.listdir(directory))
+        for name in names:
+            full = os.path.join(directory, name)
             if name == "checkpoint" or name.startswith(("ckpt-", "events.out.tfevents")) or name in (
-                    MANIFEST, "train_history.json"):
-                full = os.path.join(directory, name)
+                    MANIFEST, "train_history.json") or _cached_records(full, names):
                 shutil.rmtree(full) if os.path.isdir(full) else os.remove(full)
 
     def _has_checkpoints(self) -> bool:
@@ -252,6 +250,21 @@ def release_held() -> None:
     dies has its locks dropped by the kernel)."""
     while _HELD:
         _HELD.pop().__exit__(None, None, None)
+
+
+def _cached_records(path: str, names) -> bool:
+    """A cached TFRecord file or its manifest (``data/tfrecord_io.py``: ``X`` beside ``X.json`` with its count and
+    meta)."""
+    name = os.path.basename(path)
+    manifest = path if name.endswith(".json") and name[:-5] in names else path + ".json"
+    if manifest == path + ".json" and name + ".json" not in names:
+        return False
+    try:
+        with open(manifest, encoding="utf-8") as f:
+            m = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(m, dict) and {"count", "meta"} <= set(m)
 
 
 def take_run_dir(F, run_dir: str, manifest: Dict, training: bool, work_dirs: Sequence[str] = ()) -> RunGuard:

@@ -21,9 +21,11 @@ What every task model (``XLNetClassifier``, ``XLNetQuestionAnswerer``, ``XLNetMu
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
+import random
 from typing import Any, Dict, Optional
 
 import keras
@@ -32,16 +34,45 @@ import tensorflow as tf
 
 from xlnet_tf import checkpoint, datasets, hardware
 from xlnet_tf.config import XLNetConfig
+from xlnet_tf.fileutil import SAVED_MODEL, check_replaceable
 from xlnet_tf.lengths import default_multiple, padded_length
 from xlnet_tf.task_model import TaskModel
 from xlnet_tf.tokenizer import XLNetTokenizer
 from xlnet_tf.train_config import TrainConfig
 from xlnet_tf.train_step import UpdateRule
+from xlnet_tf.tasks import keras_inputs as door
+from xlnet_tf.tasks.keras_health import FitHealth, LabelCounts
 
 log = logging.getLogger(__name__)
 
 SPIECE = "spiece.model"
 AUTO = "auto"
+EXPORT_FORMATS = ("tf_saved_model",)  # Keras' names of the formats ``export`` writes
+SAMPLE_WEIGHT = "sample_weight"  # a batch's per-example loss weights travel beside its features under this key
+
+
+@contextlib.contextmanager
+def _seeded(seed: int):
+    """Keras' unseeded initializers draw their seeds from Python's ``random`` (``keras.random.make_default_seed``):
+    seeded from ``seed`` while a model is built, so its initial weights are the same in every process; the
+    caller's ``random`` state is put back after."""
+    state = random.getstate()
+    random.seed(seed)
+    try:
+        yield
+    finally:
+        random.setstate(state)
+
+
+def _is_text(x) -> bool:
+    """Raw text handed where features are expected: strings, a list of them, or a string array / tensor."""
+    if isinstance(x, (str, bytes)):
+        return True
+    if isinstance(x, (list, tuple)):
+        return bool(x) and _is_text(x[0])
+    if isinstance(x, np.ndarray):
+        return x.dtype.kind in "US" or (x.dtype == object and x.size > 0 and isinstance(x.flat[0], (str, bytes)))
+    return isinstance(x, (tf.Tensor, tf.RaggedTensor)) and x.dtype == tf.string
 
 
 class _Tokenizers:
@@ -73,17 +104,18 @@ class XLNetTask(TaskModel):
                  seed: int = TrainConfig.seed, pretrained: bool = False, head_options: Optional[Dict[str, Any]] = None, name=None, **kwargs):
         config = config if isinstance(config, XLNetConfig) else XLNetConfig.from_dict(dict(config))
         self.head_options = dict(head_options or {})
-        super().__init__(config, self.make_head(config, **self.head_options), seed=seed,
-                         name=name or type(self).__name__.lower(), **kwargs)
-        self.max_seq_length, self.seed, self.pretrained, self.lower = int(max_seq_length), int(seed), \
-            bool(pretrained), bool(lower)
-        self._compile_options: Optional[Dict[str, Any]] = None
-        object.__setattr__(self, "_rule", None)
-        object.__setattr__(self, "_tok", None)
-        object.__setattr__(self, "_tmp", None)
-        if tokenizer is not None:
-            self.set_tokenizer(tokenizer, lower)
-        self.build_with(self.dummy_features())
+        with _seeded(int(seed)):  # the whole model's initial weights, head included, from ``seed`` alone
+            super().__init__(config, self.make_head(config, **self.head_options), seed=seed,
+                             name=name or type(self).__name__.lower(), **kwargs)
+            self.max_seq_length, self.seed, self.pretrained, self.lower = int(max_seq_length), int(seed), \
+                bool(pretrained), bool(lower)
+            self._compile_options: Optional[Dict[str, Any]] = None
+            object.__setattr__(self, "_rule", None)
+            object.__setattr__(self, "_tok", None)
+            object.__setattr__(self, "_tmp", None)
+            if tokenizer is not None:
+                self.set_tokenizer(tokenizer, lower)
+            self.build_with(self.dummy_features())
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -166,7 +198,8 @@ class XLNetTask(TaskModel):
         """``optimizer="auto"``: the command lines' recipe from ``TrainConfig(**train_options)`` (defaults: the
         CLIs' defaults); ``loss="auto"``: the head's loss (any Keras loss of ``(y, y_pred)`` instead, ``y_pred``
         as ``predict`` gives it); ``metrics="auto"``: the task's (``default_metrics``). ``train_steps`` unset: the
-        ``fit`` call's length."""
+        ``fit`` call's length. Values no training means (a learning rate <= 0, negative warmup, ...) are refused
+        here, in one line."""
         fields = {f.name for f in dataclasses.fields(TrainConfig)}
         keras_kw = {k: train_options.pop(k) for k in list(train_options) if k not in fields}
         unknown = set(keras_kw) - {"steps_per_execution", "run_eagerly"}
@@ -177,9 +210,14 @@ class XLNetTask(TaskModel):
             raise ValueError("compile(steps_per_execution=...): one update per step (use grad_accum_steps)")
         self._train_options = dict(train_options)
         recipe = self.train_config(1)  # checks the values (train_steps unset: fit sets the schedule's length)
+        recipe.check_training()
         serializable = all(isinstance(v, str) for v in (optimizer, loss, metrics))
         self._compile_options = dict(optimizer=optimizer, loss=loss, metrics=metrics, **train_options) \
             if serializable else None
+        if optimizer != AUTO:
+            with self.distribute_strategy.scope():
+                optimizer = keras.optimizers.get(optimizer) if isinstance(optimizer, str) else optimizer
+            UpdateRule.check_optimizer(optimizer)
         self._loss_spec = loss
         object.__setattr__(self, "_rule", None)
         if optimizer == AUTO:
@@ -188,6 +226,8 @@ class XLNetTask(TaskModel):
         if metrics == AUTO:
             metrics = self.default_metrics()
         self._has_metrics = bool(metrics)
+        with self.distribute_strategy.scope():  # (out of Keras' tracking: no log entry, not saved)
+            object.__setattr__(self, "_health", LabelCounts(len(self.class_names())) if self.class_names() else None)
         super().compile(optimizer=optimizer, loss=None, metrics=metrics or None, jit_compile=False,
                         run_eagerly=keras_kw.get("run_eagerly", False))
 
@@ -200,12 +240,26 @@ class XLNetTask(TaskModel):
         return TrainConfig(**opts)
 
     def _example_loss(self):
-        """(features, outputs) -> per-example loss [batch]."""
+        """(features, outputs) -> per-example loss [batch], times the example's ``sample_weight`` when the
+        batch carries one (Keras' definition: the step's loss is the mean of the weighted losses)."""
         spec = self._loss_spec
         if spec == AUTO:
-            return self.per_example_loss
-        fn = spec.call if isinstance(spec, keras.losses.Loss) else keras.losses.get(spec)
-        return lambda features, outputs: fn(*self.metric_pair(features, outputs))
+            base = self.per_example_loss
+        else:
+            fn = spec.call if isinstance(spec, keras.losses.Loss) else keras.losses.get(spec)
+            base = lambda features, outputs: fn(*self.metric_pair(features, outputs))  # noqa: E731
+
+        def weighted(features, outputs):
+            loss = tf.cast(base(features, outputs), tf.float32)
+            weight = features.get(SAMPLE_WEIGHT)
+            return loss if weight is None else loss * tf.cast(weight, tf.float32)
+
+        return weighted
+
+    def _update_metrics(self, features, outputs) -> None:
+        if self._has_metrics:
+            self._compile_metrics.update_state(*self.metric_pair(features, outputs),
+                                               sample_weight=features.get(SAMPLE_WEIGHT))
 
     # ------------------------------------------------------------------ Keras: the steps
     def _ensure_rule(self, train_steps: int) -> UpdateRule:
@@ -231,105 +285,173 @@ class XLNetTask(TaskModel):
             self.train_function = None
 
     def _features(self, data) -> Dict[str, tf.Tensor]:
-        x, y, _ = keras.utils.unpack_x_y_sample_weight(data)
+        x, y, weight = keras.utils.unpack_x_y_sample_weight(data)
         features = dict(x)
         if y is not None:
             features.update(y if isinstance(y, dict) else {"label": y})
+        if weight is not None:
+            features[SAMPLE_WEIGHT] = weight
         return features
+
+    def _step_logs(self):
+        return self.get_metrics_result() if self._has_metrics else {"loss": self._loss_tracker.result()}
 
     def train_step(self, data):
         features = self._features(data)
         if self._rule.config.grad_accum_steps == 1:  # the rule takes [k, batch, ...]
             features = tf.nest.map_structure(lambda t: t[None], features)
-
-        def on_outputs(f, outputs):
-            if self._has_metrics:
-                self._compile_metrics.update_state(*self.metric_pair(f, outputs))
-
         step = tf.convert_to_tensor(self.optimizer.iterations)
         # Keras runs this inside its own tf.function under strategy.run: the rule's step itself, except where the
         # whole step is XLA-compiled (one replica: a GPU, or float16 on a CPU), its compiled function
         rule = self._rule
         step_fn = rule.replica_fn if rule.jit == "step" else rule.replica_step
-        loss, _ = step_fn(features, step, loss=self._example_loss(), on_outputs=on_outputs)
+        loss, _ = step_fn(features, step, loss=self._example_loss(), on_outputs=self._update_metrics)
         size = tf.shape(tf.nest.flatten(features)[0])
         self._loss_tracker.update_state(loss, sample_weight=size[0] * size[1])
-        return self.get_metrics_result() if self._has_metrics else {"loss": self._loss_tracker.result()}
+        return self._step_logs()
 
     def test_step(self, data):
         features = self._features(data)
         outputs = self(features, training=False)
-        per_example = tf.cast(self._example_loss()(features, outputs), tf.float32)
+        per_example = self._example_loss()(features, outputs)
         self._loss_tracker.update_state(tf.reduce_mean(per_example), sample_weight=tf.shape(per_example)[0])
-        if self._has_metrics:
-            self._compile_metrics.update_state(*self.metric_pair(features, outputs))
-        return self.get_metrics_result() if self._has_metrics else {"loss": self._loss_tracker.result()}
+        self._update_metrics(features, outputs)
+        self.update_health_counts(features, outputs)
+        return self._step_logs()
 
     def predict_step(self, data):
         x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
         return self.predict_outputs(x, self(dict(x), training=False))
 
+    def __call__(self, *args, **kwargs):
+        first = args[0] if args else kwargs.get("features", kwargs.get("inputs"))
+        if _is_text(first):
+            raise TypeError(f"{type(self).__name__}(...) is called on the features (input_ids, segment_ids, "
+                            f"padding_mask); for raw text use predict(texts)")
+        return super().__call__(*args, **kwargs)
+
     # ------------------------------------------------------------------ Keras: fit / evaluate / predict
     def fit(self, x=None, y=None, batch_size=None, epochs=1, validation_data=None, shuffle=True,
-            steps_per_epoch=None, **kwargs):
+            steps_per_epoch=None, class_weight=None, sample_weight=None, callbacks=None, **kwargs):
+        """Keras' ``fit`` on raw text, feature dicts or a dataset (module docstring). ``class_weight`` and
+        ``sample_weight`` weight each example's loss as Keras defines them; the run's health (the command lines'
+        rules, ``tasks/health.py``) is watched: a non-finite loss stops ``fit`` in one line, a divergence, a
+        loss that does not fall or predictions collapsed on ``validation_data`` are warned of at the end."""
         if self.optimizer is None:
             raise ValueError(f"{type(self).__name__}: call compile() before fit()")
         k = int(self._train_options.get("grad_accum_steps", 1))
-        ds = self.as_dataset(x, y, batch_size or 32, shuffle=shuffle, training=True, micro_batches=k)
+        ds = self.as_dataset(x, y, batch_size or 32, shuffle=shuffle, training=True, micro_batches=k,
+                             sample_weight=sample_weight, class_weight=class_weight)
         per_epoch = steps_per_epoch or _cardinality(ds)
         self._set_schedule_length((per_epoch or 0) * int(epochs))
         if not self._train_options.get("train_steps") and not per_epoch:
             raise ValueError("fit(): the data's length is unknown, so the learning-rate schedule has no length: "
                              "pass steps_per_epoch=N, or compile(train_steps=N)")
-        self._ensure_rule((per_epoch or 1) * int(epochs))
+        rule = self._ensure_rule((per_epoch or 1) * int(epochs))
         if validation_data is not None:
-            vx, vy, _ = (validation_data, None, None) if isinstance(validation_data, tf.data.Dataset) else \
-                keras.utils.unpack_x_y_sample_weight(tuple(validation_data))
-            validation_data = self.as_dataset(vx, vy, batch_size or 32, shuffle=False, training=False)
+            if isinstance(validation_data, tf.data.Dataset):
+                vx, vy, vw = validation_data, None, None
+            elif isinstance(validation_data, (tuple, list)) and len(validation_data) in (2, 3):
+                vx, vy, vw = keras.utils.unpack_x_y_sample_weight(tuple(validation_data))
+            else:
+                raise TypeError("fit(validation_data=...): (x, y), (x, y, sample_weight) or a tf.data.Dataset")
+            validation_data = self.as_dataset(vx, vy, batch_size or 32, shuffle=False, training=False,
+                                              sample_weight=vw)
+        watch = FitHealth(self, rule.config, validation_data is not None)
         return super().fit(ds, epochs=epochs, validation_data=validation_data, steps_per_epoch=steps_per_epoch,
-                           shuffle=False, **kwargs)
+                           shuffle=False, callbacks=list(callbacks or []) + [watch], **kwargs)
 
-    def evaluate(self, x=None, y=None, batch_size=None, **kwargs):
-        return super().evaluate(self.as_dataset(x, y, batch_size or 32, shuffle=False, training=False), **kwargs)
+    def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, return_dict=True, **kwargs):
+        """Keras' ``evaluate``; returns a dict ``{"loss": ..., metric: ...}`` (``return_dict=False``: Keras' list)."""
+        ds = self.as_dataset(x, y, batch_size or 32, shuffle=False, training=False, sample_weight=sample_weight)
+        return super().evaluate(ds, return_dict=return_dict, **kwargs)
 
     def predict(self, x, batch_size=None, **kwargs):
+        if _no_rows(x):  # (Keras' predict fails on a dataset of no batch)
+            return self.empty_prediction()
         return super().predict(self.as_dataset(x, None, batch_size or 32, shuffle=False, training=False), **kwargs)
 
-    def as_dataset(self, x, y, batch_size: int, shuffle: bool, training: bool, micro_batches: int = 1):
-        """Raw strings (the task's form), a dict of numpy features, or a batched tf.data.Dataset of either ->
-        a dataset of (features, labels) batches the steps read (``micro_batches`` > 1: stacked k at a time, the
-        update's gradient accumulation; each padded to ``max_seq_length`` so they stack)."""
+    def as_dataset(self, x, y, batch_size: int, shuffle: bool, training: bool, micro_batches: int = 1,
+                   sample_weight=None, class_weight=None):
+        """Raw strings (the task's form), a dict of numpy features, or a tf.data.Dataset of either (batched, or
+        unbatched: batched here) -> a dataset of (features, labels[, weights]) batches the steps read
+        (``micro_batches`` > 1: stacked k at a time, the update's gradient accumulation; each padded to
+        ``max_seq_length`` so they stack). Every array input is checked here (``tasks/keras_inputs.py``)."""
         fixed = self.max_seq_length if micro_batches > 1 else None
         # the map's function traced as written (no AutoGraph), as every graph function of the project
-        preprocess = lambda *e: self._preprocess(*e, length=fixed)  # noqa: E731
+        preprocess = tf.autograph.experimental.do_not_convert(lambda *e: self._preprocess(*e, length=fixed))
+        if batch_size is not None and (isinstance(batch_size, bool) or int(batch_size) < 1):
+            raise ValueError(f"batch_size={batch_size!r}: expected an integer >= 1")
         if isinstance(x, tf.data.Dataset):
-            ds = x
+            if y is not None or sample_weight is not None:
+                raise ValueError("x is a tf.data.Dataset: its elements carry the labels and weights ((x, y) or "
+                                 "(x, y, sample_weight)); y= and sample_weight= are for arrays")
+            ds = self._batched(x, batch_size)
             if self.is_raw(ds.element_spec):
-                ds = ds.map(tf.autograph.experimental.do_not_convert(preprocess), num_parallel_calls=tf.data.AUTOTUNE)
-        elif isinstance(x, dict):
-            data = dict(x) if y is None else (dict(x), y)
-            ds = tf.data.Dataset.from_tensor_slices(data)
-            if shuffle and training:
-                ds = ds.shuffle(len(next(iter(x.values()))), seed=self.seed)
-            ds = ds.batch(batch_size)
+                ds = ds.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
         else:
-            raw = self.raw_inputs(x)
-            ds = tf.data.Dataset.from_tensor_slices(raw if y is None else (raw, np.asarray(y)))
+            if x is None:
+                raise TypeError(f"{type(self).__name__}: x is required (texts, a dict of features or a dataset)")
+            if isinstance(x, dict):
+                inputs, n = {k: np.asarray(v) for k, v in x.items()}, door.rows_of(x)
+            else:
+                inputs = self.raw_inputs(x)
+                n = len(tf.nest.flatten(inputs)[0])
+            if n == 0:
+                raise ValueError(f"{type(self).__name__}: x holds no example")
+            labels = None if y is None else self.check_labels(y, n)
+            weights = None if sample_weight is None else door.sample_weights(sample_weight, n)
+            data = (inputs,) + tuple(a for a in (labels, weights) if a is not None)
+            if weights is not None and labels is None:
+                raise ValueError("sample_weight without y: weights weigh the loss of labelled examples")
+            ds = tf.data.Dataset.from_tensor_slices(data if len(data) > 1 else inputs)
             if shuffle and training:
-                ds = ds.shuffle(int(ds.cardinality()), seed=self.seed)
-            ds = ds.batch(batch_size).map(tf.autograph.experimental.do_not_convert(preprocess),
-                                          num_parallel_calls=tf.data.AUTOTUNE)
+                ds = ds.shuffle(max(n, 1), seed=self.seed)
+            ds = ds.batch(batch_size)
+            if not isinstance(x, dict):
+                ds = ds.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
+        if class_weight is not None:
+            ds = ds.map(self._class_weighting(class_weight))
         if micro_batches > 1:
             ds = ds.batch(micro_batches, drop_remainder=True)
         return datasets.for_iteration(ds.prefetch(tf.data.AUTOTUNE))
 
+    def _batched(self, ds: tf.data.Dataset, batch_size: Optional[int]) -> tf.data.Dataset:
+        """A dataset of single examples (rank-0 strings, or features of the task's per-example shape) batched by
+        ``batch_size`` (Keras' default 32), as the user meant; a batched one as it is."""
+        first = ds.element_spec
+        while isinstance(first, tuple):
+            first = first[0]
+        first = first["input_ids"] if isinstance(first, dict) and "input_ids" in first else tf.nest.flatten(first)[0]
+        per_example = 0 if first.dtype == tf.string else len(self.feature_spec(8)["input_ids"][1])
+        if first.shape.rank == per_example:
+            return ds.batch(batch_size or 32)
+        return ds
+
+    def _class_weighting(self, class_weight):
+        """Keras' ``class_weight``: each example's weight times its class's (a class left out weighs 1)."""
+        table = tf.constant(door.class_weight_vector(class_weight, self.num_labels))
+
+        def weigh(*element):
+            x, y, w = keras.utils.unpack_x_y_sample_weight(element)
+            if y is None:
+                raise ValueError("class_weight needs labels (y)")
+            cw = tf.gather(table, tf.cast(y, tf.int32))
+            return x, y, cw if w is None else cw * tf.cast(w, tf.float32)
+
+        return tf.autograph.experimental.do_not_convert(weigh)
+
+    @property
+    def num_labels(self) -> int:
+        raise ValueError(f"class_weight: {type(self).__name__} has no classes")
+
     def _preprocess(self, *element, length=None):
         if len(element) == 1 or not self.labelled(element):
             return self.text_features(element[0] if len(element) == 1 else element, length=length)
-        return self.text_features(element[0], length=length), element[1]
+        return (self.text_features(element[0], length=length),) + tuple(element[1:])
 
     def labelled(self, element) -> bool:
-        return len(element) == 2
+        return len(element) in (2, 3)
 
     def on_length_grid(self, features: Dict[str, tf.Tensor], left: bool) -> Dict[str, tf.Tensor]:
         """A batch re-padded to its longest row rounded up to the command lines' length multiple
@@ -355,9 +477,14 @@ class XLNetTask(TaskModel):
         return default_multiple(self.config, accelerated=bool(tf.config.list_logical_devices("GPU")))
 
     # ------------------------------------------------------------------ export
-    def export(self, filepath, precision: Optional[str] = None, **kwargs):
+    def export(self, filepath, format: str = "tf_saved_model", verbose=None, precision: Optional[str] = None):
         """The command lines' SavedModel (``--export_dir``): ``serving_default`` on raw text, ``serve_ids``;
-        needs only tensorflow and tensorflow_text to serve. ``precision``: ``--export_precision``'s policies."""
+        needs only tensorflow and tensorflow_text to serve. ``format``: Keras' format names (``"tf_saved_model"``);
+        ``precision``: ``--export_precision``'s policies. ``filepath`` must be new, empty or an earlier export
+        (anything else there is refused before any work: the export replaces the directory whole)."""
+        if format not in EXPORT_FORMATS:
+            raise ValueError(f"export(format={format!r}): expected one of {list(EXPORT_FORMATS)}")
+        check_replaceable(os.fspath(filepath), SAVED_MODEL)
         model = self
         if precision is not None and precision != hardware.policy_name(self):
             hardware.validate_precision(precision)
@@ -370,9 +497,24 @@ class XLNetTask(TaskModel):
             model.set_weights(self.get_weights())
             object.__setattr__(model, "_tok", self._tok)
         module = model.serving_module()
-        path = module.export(filepath, **self.export_options())
-        log.info("exported SavedModel to %s", filepath)
+        path = module.export(os.fspath(filepath), **self.export_options())
+        if verbose is not False:
+            log.info("exported SavedModel to %s", filepath)
         return path
+
+    def save(self, filepath, overwrite: bool = True, **kwargs):
+        """Keras' ``save``; a ``.keras`` file is written beside its path and renamed into place, so a save that
+        fails or is interrupted leaves the earlier file whole (never a cut one)."""
+        path = os.fspath(filepath)
+        if not path.endswith(".keras") or (not overwrite and os.path.exists(path)):
+            return super().save(filepath, overwrite=overwrite, **kwargs)
+        tmp = path[: -len(".keras")] + f".tmp-{os.getpid()}.keras"  # (Keras wants the suffix)
+        try:
+            super().save(tmp, overwrite=True, **kwargs)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
 
     def export_options(self) -> Dict[str, Any]:
         return {}
@@ -389,8 +531,47 @@ class XLNetTask(TaskModel):
     def task_config(self) -> Dict[str, Any]:
         return {}
 
+    def check_labels(self, y, n: int):
+        """``y`` checked and made an array for ``n`` examples (``tasks/keras_inputs.py``)."""
+        raise NotImplementedError
+
+    def empty_prediction(self):
+        """What ``predict`` gives for no input: the outputs' shapes with 0 rows."""
+        raise NotImplementedError
+
+    def class_names(self):
+        """The classes' names for the health checks (None: the task has no classes)."""
+        try:
+            n = self.num_labels
+        except ValueError:
+            return None
+        names = getattr(self, "label_names", None)
+        return list(names) if names else [str(i) for i in range(n)]
+
+    def health_counts(self) -> Optional[LabelCounts]:
+        """The predicted and gold class counts of the last evaluation (``tasks/keras_health.py``; None: the task
+        has no classes, or the model was not compiled)."""
+        return getattr(self, "_health", None)
+
+    def update_health_counts(self, features, outputs) -> None:
+        """Adds a batch's predicted (argmax of its ``logits``) and gold classes to ``health_counts``."""
+        counts = self.health_counts()
+        if counts is not None and "label" in features:
+            counts.update_state(features["label"], outputs["logits"], features.get(SAMPLE_WEIGHT))
+
     def default_metrics(self):
         return []
+
+
+def _no_rows(x) -> bool:
+    """An array input of no example: an empty list of texts, a tuple of empty columns, a dict of empty arrays."""
+    if isinstance(x, tf.data.Dataset) or x is None or isinstance(x, (str, bytes)):
+        return False
+    first = next(iter(x.values()), ()) if isinstance(x, dict) else x[0] if isinstance(x, tuple) and x else x
+    try:
+        return len(first) == 0
+    except TypeError:
+        return False
 
 
 def _cardinality(ds: tf.data.Dataset) -> Optional[int]:

@@ -38,7 +38,7 @@ from typing import List, Mapping, Optional, Tuple
 import numpy as np
 
 from xlnet_tf.config import XLNetConfig, describe_activation
-from xlnet_tf.fileutil import atomic_directory, write_json
+from xlnet_tf.fileutil import Written, atomic_directory, write_json
 from xlnet_tf.hf_checkpoint import (HF_CONFIG, HF_WEIGHTS, HFHead, HFReader, hf_config, hf_key, hf_key_map, hf_layout,
                                     write_safetensors)
 from xlnet_tf.tf_checkpoint import (CKPT_NAME, PREFIX, CheckpointError, TFCheckpointReader, find_tf_checkpoint,
@@ -254,6 +254,12 @@ def hf_backbone_tensors(model) -> "OrderedDict[str, np.ndarray]":
 SAVE_FORMATS = ("own", "huggingface")
 
 
+# What each save_pretrained format writes: only an earlier such directory (or an empty one) is replaced.
+OWN_WRITTEN = Written("xlnet_tf checkpoint", marks={OWN_CONFIG, "checkpoint", CKPT_NAME + ".index"},
+                      names={CKPT_NAME + ".data-00000-of-00001", "xlnet_config.json"})
+HF_WRITTEN = Written("HuggingFace export", marks={HF_CONFIG, HF_WEIGHTS}, names=set())
+
+
 def save_pretrained(model, directory: str, extra: Optional[Mapping[str, np.ndarray]] = None, format: str = "own",
                     hf_head: Optional[HFHead] = None) -> None:
     """Writes ``directory`` atomically (a temp directory renamed over it once complete).
@@ -269,11 +275,11 @@ def save_pretrained(model, directory: str, extra: Optional[Mapping[str, np.ndarr
         if hf_head is not None:  # a task model has no LM head
             del tensors["lm_loss.bias"]
             tensors.update(hf_head.tensors)
-        with atomic_directory(directory) as tmp:
+        with atomic_directory(directory, HF_WRITTEN) as tmp:
             write_safetensors(os.path.join(tmp, HF_WEIGHTS), tensors)
             write_json(os.path.join(tmp, HF_CONFIG), config, indent=2, sort_keys=True)
         return
-    with atomic_directory(directory) as tmp:
+    with atomic_directory(directory, OWN_WRITTEN) as tmp:
         tensors = backbone_tensors(model)
         if extra:
             tensors.update(extra)

@@ -31,7 +31,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 
 from xlnet_tf import accel, hardware
-from xlnet_tf.fileutil import atomic_directory, write_json
+from xlnet_tf.fileutil import SAVED_MODEL, SERVING_INFO, atomic_directory, write_json
 from xlnet_tf.lengths import SERVING_MULTIPLE, padded_length
 
 SEG_PAD_CLASSIFIER = 4
@@ -241,11 +241,11 @@ def _check_float32_signatures(saved_model_dir: str) -> None:
 def save_atomically(module: tf.Module, export_dir: str, signatures: Dict[str, Callable]) -> str:
     """tf.saved_model.save into a temp dir next to ``export_dir``, then rename over it. ``serving_info.json``
     next to ``saved_model.pb`` records the export's compute precision (``serving_info``)."""
-    with atomic_directory(export_dir) as tmp:
+    with atomic_directory(export_dir, SAVED_MODEL) as tmp:
         with accel.portable_graph():  # no compiled kernel in the graph: serving needs TensorFlow only
             tf.saved_model.save(module, tmp, signatures=signatures)
         _check_float32_signatures(tmp)  # before the rename: a refused export writes nothing
-        write_json(os.path.join(tmp, "serving_info.json"), serving_info(module))
+        write_json(os.path.join(tmp, SERVING_INFO), serving_info(module))
     return export_dir
 
 

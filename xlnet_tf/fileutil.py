@@ -1,17 +1,23 @@
 """Files: atomic writes (a file or a whole directory is built under a temporary name beside the target, carrying
 the writer's pid so a dead writer's leftovers are recognisable, then renamed over it) and the two identities of
 a source: ``stat_identity`` (size and mtime, what caches of derived files record) and ``content_hash`` (the
-bytes, what a run's manifest records)."""
+bytes, what a run's manifest records).
+
+**We delete only what we wrote.** A directory writer names what it writes (a ``Written``: the names every one of
+its directories holds, and every top-level name it may hold); ``atomic_directory`` replaces an existing directory
+only when it is empty or one of that writer's own (``check_replaceable``), else refuses in one line naming the
+directory and the first entry that is not the writer's, before any work."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
 import shutil
 import tempfile
-from typing import IO, Iterator
+from typing import IO, FrozenSet, Iterator
 
 
 @contextlib.contextmanager
@@ -44,13 +50,59 @@ def write_json(path: str, obj, newline: bool = True, **dump_options) -> None:
             f.write("\n")
 
 
+@dataclasses.dataclass(frozen=True)
+class Written:
+    """What one directory writer writes: ``what`` names it in messages ("SavedModel export"); ``marks``: the
+    names every directory it writes holds; ``names``: every top-level name it may hold (marks included)."""
+    what: str
+    marks: FrozenSet[str]
+    names: FrozenSet[str]
+
+    def __post_init__(self):
+        object.__setattr__(self, "marks", frozenset(self.marks))
+        object.__setattr__(self, "names", frozenset(self.names) | frozenset(self.marks))
+
+    def holds_only_ours(self, directory: str) -> bool:
+        entries = set(os.listdir(directory))
+        return not entries or (self.marks <= entries and entries <= self.names)
+
+
+# A SavedModel export (tf.saved_model.save's names, and what the export adds beside them).
+SERVING_INFO = "serving_info.json"
+SAVED_MODEL = Written("SavedModel export", marks={"saved_model.pb", SERVING_INFO},
+                      names={"variables", "assets", "assets.extra", "fingerprint.pb"})
+
+
+def check_replaceable(directory: str, written: Written) -> None:
+    """Refuses (ValueError, one line) to write ``written`` at ``directory`` when something there is not an earlier
+    one of its own: a file, or a directory holding anything but an earlier directory of this writer (or nothing).
+    Called before the work, so a refusal costs nothing and loses nothing."""
+    if not os.path.lexists(directory):
+        return
+    if not os.path.isdir(directory) or os.path.islink(directory):
+        raise ValueError(f"{directory}: exists and is not a directory; the {written.what} writes a directory "
+                         f"there: remove it or choose another path")
+    if written.holds_only_ours(directory):
+        return
+    entries = sorted(os.listdir(directory))
+    foreign = [e for e in entries if e not in written.names]
+    missing = sorted(written.marks - set(entries))
+    why = (f"holds {foreign[0]!r}" + (f" (+{len(foreign) - 1} more)" if len(foreign) > 1 else "")
+           + f", which no {written.what} writes") if foreign else \
+        f"is not an earlier {written.what} (no {missing[0]})"
+    raise ValueError(f"{directory}: {why}; it would be replaced whole, so nothing is written: choose a new or "
+                     f"empty directory, or remove it yourself")
+
+
 @contextlib.contextmanager
-def atomic_directory(directory: str) -> Iterator[str]:
+def atomic_directory(directory: str, written: Written) -> Iterator[str]:
     """Yields a temp directory; when the block succeeds it replaces ``directory``, else it is removed.
 
-    An earlier ``directory`` is only moved aside (then deleted) once the new one is complete, so an interrupted
-    or failed write never leaves a half-written directory at the final path.
+    ``directory`` must be absent, empty or an earlier directory of the same writer (``check_replaceable``, checked
+    before the block runs). An earlier one is only moved aside (then deleted) once the new one is complete, so an
+    interrupted or failed write never leaves a half-written directory at the final path.
     """
+    check_replaceable(directory, written)
     parent = os.path.dirname(os.path.abspath(directory)) or "."
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".tmp-{os.getpid()}-", dir=parent)  # the pid: a dead run's leftover is known
@@ -59,6 +111,7 @@ def atomic_directory(directory: str) -> Iterator[str]:
         normal_permissions(tmp)
         old = None
         if os.path.exists(directory):
+            check_replaceable(directory, written)  # (still ours: nothing was added while we wrote)
             old = tempfile.mkdtemp(prefix=".old-", dir=parent)
             os.rmdir(old)
             os.replace(directory, old)

@@ -7,6 +7,7 @@ and the report's curve call instead of unpacking the fields."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Optional, Union
 
 from xlnet_tf import hardware
@@ -84,6 +85,20 @@ class TrainConfig:
             self.clip_norm = None
         if self.num_trainable_layers is not None and self.num_trainable_layers < 0:
             self.num_trainable_layers = None
+
+    def check_training(self) -> None:
+        """Refuses (ValueError, one line naming the option) values no training means: a learning rate that is
+        not a finite number > 0, negative warmup or weight decay, a final-rate ratio outside [0, 1], epsilon or
+        layer-decay rate <= 0."""
+        checks = (("learning_rate", self.learning_rate, lambda v: math.isfinite(v) and v > 0, "a number > 0"),
+                  ("warmup_steps", self.warmup_steps, lambda v: v >= 0, ">= 0"),
+                  ("weight_decay", self.weight_decay, lambda v: math.isfinite(v) and v >= 0, ">= 0"),
+                  ("min_lr_ratio", self.min_lr_ratio, lambda v: 0 <= v <= 1, "within [0, 1]"),
+                  ("adam_epsilon", self.adam_epsilon, lambda v: math.isfinite(v) and v > 0, "> 0"),
+                  ("lr_layer_decay_rate", self.lr_layer_decay_rate, lambda v: math.isfinite(v) and v > 0, "> 0"))
+        for name, value, ok, expected in checks:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(value):
+                raise ValueError(f"{name}={value!r}: expected {expected} to train")
 
     def schedule(self):
         """The learning rate by step: warmup, then linear decay to ``min_lr_ratio`` at ``train_steps``."""

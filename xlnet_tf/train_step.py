@@ -90,10 +90,10 @@ class UpdateRule:
                 inner.set_lr_multipliers(self.train_vars, mult)
             if inner.weight_decay:
                 inner.set_decay_flags(self.train_vars, optimization.decay_flags(model, self.train_vars))
-        elif strategy.num_replicas_in_sync > 1:
-            raise ValueError(f"{type(inner).__name__} under {strategy.num_replicas_in_sync} replicas: the update "
-                             "all-reduces the gradients itself, which only xlnet_tf.optimization.AdamW expects "
-                             "(use the default optimizer, or one replica)")
+        # Another Keras optimizer sums the replicas' gradients itself: this rule's already summed gradients reach
+        # it divided by the replica count, so its sum is the step's gradient again.
+        self.replica_share = None if isinstance(inner, optimization.AdamW) or strategy.num_replicas_in_sync == 1 \
+            else 1.0 / strategy.num_replicas_in_sync
         if not optimizer.built:
             optimizer.build(self.train_vars)  # slots for the trainable subset only
         self.seed = cfg.seed
@@ -106,6 +106,13 @@ class UpdateRule:
         else:
             self.apply_update = self._plain_update
         self.replica_fn = tf.function(self.replica_step, jit_compile=self.jit == "step", autograph=False)
+
+    @staticmethod
+    def check_optimizer(optimizer) -> None:
+        """What ``optimizer=`` may be: a Keras optimizer (any, on one replica or several; TypeError otherwise)."""
+        if not isinstance(optimizer, keras.optimizers.Optimizer):
+            raise TypeError(f"optimizer: a keras.optimizers.Optimizer or 'auto' is expected, got "
+                            f"{type(optimizer).__name__} {optimizer!r}"[:300])
 
     @property
     def clip(self) -> Optional[float]:
@@ -176,6 +183,8 @@ class UpdateRule:
             grads = [g * m if m != 1.0 else g for g, m in zip(grads, mult)]
         if scale is not None:  # LossScaleOptimizer divides by the same power of two: exact round trip
             grads = [g * scale for g in grads]
+        if self.replica_share is not None:
+            grads = [g * self.replica_share for g in grads]
         outer.apply(grads, [self.train_vars[i] for i in live])
         return gnorm
 

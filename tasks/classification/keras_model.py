@@ -1,5 +1,6 @@
-"""``XLNetClassifier``: classification (and ``regression=True`` / ``num_classes=1`` regression) as a Keras model on
-raw text: single texts (a list or array of strings) or pairs (a tuple of two). The base class
+"""``XLNetClassifier``: classification (``num_classes`` >= 2) or regression (``regression=True``: one score per
+text; ``num_classes=1`` alone is refused) as a Keras model on raw text: single texts (a list or array of strings)
+or pairs (a tuple of two lists, or a list of ``(a, b)``). The base class
 (``tasks/keras_task.py``) says what every task model shares; this file says what a classifier reads and gives."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import tensorflow as tf
 from xlnet_tf.tasks.classification import features as cls_features
 from xlnet_tf.export import SEG_PAD_CLASSIFIER
 from xlnet_tf.tasks.classification.serving import ClassifierServing, classification_features
+from xlnet_tf.tasks import keras_inputs as door
 from xlnet_tf.tasks.keras_task import XLNetTask
 
 
@@ -25,10 +27,13 @@ class XLNetClassifier(XLNetTask):
 
     def __init__(self, config, num_classes: int = 2, regression: bool = False,
                  label_names: Optional[Sequence[str]] = None, pair: bool = False, **kwargs):
-        self.regression = bool(regression) or int(num_classes) == 1
+        if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or num_classes < 1:
+            raise ValueError(f"num_classes={num_classes!r}: expected an integer >= 2 (or regression=True)")
+        if int(num_classes) == 1 and not regression:
+            raise ValueError("num_classes=1: a classifier needs >= 2 classes; for one real-valued score per text "
+                             "pass regression=True")
+        self.regression = bool(regression)
         self.num_classes = 1 if self.regression else int(num_classes)
-        if self.num_classes < 1:
-            raise ValueError(f"num_classes must be >= 1, got {num_classes}")
         self.label_names = None if label_names is None else [str(n) for n in label_names]
         if self.label_names is not None and len(self.label_names) != self.num_classes:
             raise ValueError(f"label_names: {len(self.label_names)} names for {self.num_classes} classes")
@@ -56,14 +61,32 @@ class XLNetClassifier(XLNetTask):
             return [keras.metrics.MeanSquaredError(name="mse")]
         return [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
 
+    @property
+    def num_labels(self) -> int:
+        if self.regression:
+            raise ValueError("class_weight: a regression model has no classes (use sample_weight)")
+        return self.num_classes
+
     # raw text
     def raw_inputs(self, x):
-        if isinstance(x, tuple) and len(x) == 2:
-            self.pair = True
-            return tuple(np.asarray(t, dtype=object).astype(str) for t in x)
-        if isinstance(x, str):
-            raise TypeError("a list of texts is expected, got one string")
-        return np.asarray(x, dtype=object).astype(str)
+        """Texts, or pairs: a tuple ``(texts_a, texts_b)`` or a list of ``(a, b)`` (``tasks/keras_inputs.py``)."""
+        columns = door.pair_columns(x)
+        if columns is None:
+            return door.texts(x)
+        a, b = door.texts(columns[0], "texts_a"), door.texts(columns[1], "texts_b")
+        door.same_length("texts_a", a, "texts_b", b)
+        self.pair = True
+        return a, b
+
+    def check_labels(self, y, n: int) -> np.ndarray:
+        labels = door.regression_targets(y) if self.regression else \
+            door.class_labels(y, self.num_classes, self.label_names)
+        door.same_length("x", range(n), "y", labels)
+        return labels
+
+    def empty_prediction(self) -> np.ndarray:
+        return np.zeros((0,) if self.regression else (0, self.num_classes), np.float32)
+
 
     def is_raw(self, element_spec) -> bool:
         first = element_spec[0] if isinstance(element_spec, tuple) else element_spec
@@ -73,8 +96,8 @@ class XLNetClassifier(XLNetTask):
         return isinstance(first, tf.TensorSpec) and first.dtype == tf.string
 
     def labelled(self, element) -> bool:
-        # (texts, labels) or ((a, b), labels); a bare (a, b) pair of string batches is unlabelled
-        return len(element) == 2 and not (element[1].dtype == tf.string)
+        # (texts, labels[, weights]) or ((a, b), labels[, weights]); a bare (a, b) pair of string batches is not
+        return len(element) in (2, 3) and not (element[1].dtype == tf.string)
 
     def text_features(self, texts, length=None):
         tok = self._tok

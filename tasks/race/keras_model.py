@@ -1,8 +1,8 @@
 """``XLNetMultipleChoice``: RACE-style multiple choice as a Keras model on raw text. Raw input: a tuple
 ``(articles [n], questions [n], options [n, 4])`` of strings, laid out as ``run_race.py`` lays them out (the
 question's blank filled by each option, ``article <sep> question+option <sep> <cls>`` per option, left-padded);
-labels: the index of the right option. ``predict`` gives the choice scores (logits) [n, 4]. The base class
-(``tasks/keras_task.py``) says what every task model shares."""
+labels: the index of the right option, or its letter "A"-"D" as RACE writes it. ``predict`` gives the choice
+scores (logits) [n, 4]. The base class (``tasks/keras_task.py``) says what every task model shares."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from xlnet_tf.export import SEG_PAD_CLASSIFIER
+from xlnet_tf.tasks import keras_inputs as door
 from xlnet_tf.tasks.keras_task import XLNetTask
 from xlnet_tf.tasks.race import features as race_data
 from xlnet_tf.tasks.race.serving import NUM_CHOICES, RaceServing
@@ -43,15 +44,29 @@ class XLNetMultipleChoice(XLNetTask):
     def make_serving(self):
         return RaceServing(self, self.tokenizer, self.max_seq_length, self.max_qa_length)
 
+    num_labels = NUM_CHOICES
+
     # raw text
     def raw_inputs(self, x):
+        """``(articles, questions, options)``: n texts, n texts, n rows of 4 texts (``tasks/keras_inputs.py``)."""
         if not (isinstance(x, tuple) and len(x) == 3):
-            raise TypeError("XLNetMultipleChoice reads (articles, questions, options [n, 4]) of strings")
-        article, question, options = (np.asarray(t, dtype=object).astype(str) for t in x)
-        if options.ndim != 2 or options.shape[1] != NUM_CHOICES or not len(article) == len(question) == len(options):
-            raise ValueError(f"options must be [n, {NUM_CHOICES}] for n articles and questions; got articles "
-                             f"{article.shape}, questions {question.shape}, options {options.shape}")
+            raise TypeError("XLNetMultipleChoice reads a tuple (articles, questions, options [n, 4]) of strings")
+        article, question = door.texts(x[0], "articles"), door.texts(x[1], "questions")
+        door.same_length("articles", article, "questions", question)
+        rows = door.options(x[2], len(article), NUM_CHOICES)
+        options = np.empty((len(rows), NUM_CHOICES), dtype=object)
+        for i, row in enumerate(rows):
+            options[i] = row
         return article, question, options
+
+    def check_labels(self, y, n: int) -> np.ndarray:
+        """The right option of each question: an index 0-3 or RACE's own letter "A"-"D"."""
+        labels = door.choice_labels(y, NUM_CHOICES, "y")
+        door.same_length("articles", range(n), "y", labels)
+        return labels
+
+    def empty_prediction(self) -> np.ndarray:
+        return np.zeros((0, NUM_CHOICES), np.float32)
 
     def is_raw(self, element_spec) -> bool:
         first = element_spec[0] if isinstance(element_spec, tuple) else element_spec
@@ -59,12 +74,8 @@ class XLNetMultipleChoice(XLNetTask):
         return isinstance(first, tf.TensorSpec) and first.dtype == tf.string
 
     def labelled(self, element) -> bool:
-        return len(element) == 2 and isinstance(element[0], tuple)
-
-    def _preprocess(self, *element, length=None):
-        if len(element) == 3:  # an unlabelled (articles, questions, options) batch
-            return self.text_features(element, length=length)
-        return super()._preprocess(*element, length=length)
+        # ((articles, questions, options), labels[, weights]); a bare (articles, questions, options) is not
+        return len(element) in (2, 3) and isinstance(element[0], tuple)
 
     def text_features(self, texts, length=None):
         article, question, options = texts

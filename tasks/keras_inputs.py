@@ -1,0 +1,176 @@
+"""The Keras task models' door: what a user hands ``fit`` / ``evaluate`` / ``predict`` (texts, pairs, labels,
+weights), checked once and turned into arrays, or refused in one line naming the argument, the row and what was
+expected (a ``ValueError`` for a wrong value, a ``TypeError`` for a wrong kind). No TensorFlow here: each task model
+calls these before any dataset is built.
+
+* **Texts**: a list, tuple, numpy array or pandas Series of ``str`` (UTF-8 ``bytes`` are decoded); ``None``, numbers
+  or invalid UTF-8 are refused naming the row. A single string is refused (a list is expected). Texts come back
+  as an object array of UTF-8 ``bytes``: what ``tf.constant`` reads as is (numpy's fixed-width ``str`` arrays would
+  drop trailing NUL characters, which the export keeps).
+* **Pairs**: a tuple ``(texts_a, texts_b)`` of equal lengths, or a list of ``(a, b)`` pairs (HF's habit).
+* **Labels**: class indices in ``[0, num_classes)`` (integral floats accepted, 0.5 refused), or strings mapped
+  through the model's ``label_names``; regression targets are finite numbers; RACE answers are indices 0-3 or the
+  letters "A"-"D" (RACE's own format).
+* **Sample weights** and **class weights**: finite, non-negative numbers, one per example / one per class.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+CHOICE_LETTERS = "ABCD"
+
+
+def _rows(values, name: str) -> list:
+    if isinstance(values, (str, bytes)):
+        raise TypeError(f"{name}: a list of texts is expected, got one {type(values).__name__} (wrap it in a list)")
+    if isinstance(values, np.ndarray):
+        if values.ndim != 1:
+            raise ValueError(f"{name}: a 1-D list of texts is expected, got an array of shape {values.shape}")
+        return values.tolist()
+    if hasattr(values, "tolist") and not isinstance(values, (list, tuple)):  # pandas Series and the like
+        values = values.tolist()
+    try:
+        return list(values)
+    except TypeError:
+        raise TypeError(f"{name}: a list of texts is expected, got {type(values).__name__}") from None
+
+
+def texts(values, name: str = "x") -> np.ndarray:
+    """``values`` -> object array of UTF-8 bytes (module docstring); refused in one line naming the row."""
+    rows = _rows(values, name)
+    out = np.empty(len(rows), dtype=object)
+    for i, t in enumerate(rows):
+        if isinstance(t, bytes):
+            try:
+                t.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{name}[{i}]: bytes that are not valid UTF-8 ({e.reason} at byte {e.start}); "
+                                 f"decode the text yourself") from None
+            out[i] = t
+        elif isinstance(t, str):
+            out[i] = t.encode("utf-8", "surrogatepass")
+        else:
+            raise TypeError(f"{name}[{i}]: a text (str) is expected, got {type(t).__name__} {t!r}")
+    return out
+
+
+def pair_columns(x, name: str = "x") -> Optional[Tuple]:
+    """``(texts_a, texts_b)`` or a list of ``(a, b)`` pairs -> the two columns; None when ``x`` is no pair input."""
+    if isinstance(x, tuple) and len(x) == 2 and not isinstance(x[0], (str, bytes)):
+        return x
+    if isinstance(x, (list, tuple)) and x and all(isinstance(p, (tuple, list)) and len(p) == 2 and
+                                                  isinstance(p[0], (str, bytes)) for p in x):
+        return [p[0] for p in x], [p[1] for p in x]
+    return None
+
+
+def same_length(name_a: str, a, name_b: str, b) -> None:
+    if len(a) != len(b):
+        raise ValueError(f"{name_a} has {len(a)} rows but {name_b} has {len(b)}: one per example is expected")
+
+
+def class_labels(y, num_classes: int, label_names: Optional[Sequence[str]] = None, name: str = "y") -> np.ndarray:
+    """Class indices int32 [n]: integers (or integral floats) in [0, num_classes), or strings among ``label_names``."""
+    rows = np.asarray(_rows(y, name), dtype=object)
+    if rows.size and all(isinstance(v, (str, bytes, np.str_)) for v in rows):
+        names = None if label_names is None else {str(n): i for i, n in enumerate(label_names)}
+        if names is None:
+            raise ValueError(f"{name}: string labels ({rows[0]!r}, ...) but the model has no label_names to map "
+                             f"them; pass class indices, or build the model with label_names=[...]")
+        out = np.empty(rows.size, np.int32)
+        for i, v in enumerate(rows):
+            v = v.decode("utf-8") if isinstance(v, bytes) else str(v)
+            if v not in names:
+                raise ValueError(f"{name}[{i}]: label {v!r} is not one of the model's label_names {list(names)}")
+            out[i] = names[v]
+        return out
+    values = _numbers(rows, name)
+    bad = np.flatnonzero(values != np.round(values))
+    if bad.size:
+        raise ValueError(f"{name}[{bad[0]}]: {values[bad[0]]:g} is not a class index: a classifier's labels are "
+                         f"integers 0..{num_classes - 1} (for real-valued targets build it with regression=True)")
+    bad = np.flatnonzero((values < 0) | (values >= num_classes))
+    if bad.size:
+        raise ValueError(f"{name}[{bad[0]}]: label {int(values[bad[0]])} is outside 0..{num_classes - 1} "
+                         f"(num_classes={num_classes})")
+    return values.astype(np.int32)
+
+
+def regression_targets(y, name: str = "y") -> np.ndarray:
+    return _numbers(np.asarray(_rows(y, name), dtype=object), name).astype(np.float32)
+
+
+def choice_labels(y, num_choices: int = len(CHOICE_LETTERS), name: str = "y") -> np.ndarray:
+    """RACE answers: indices 0..3 or letters "A".."D" (case-insensitive) -> int32 [n]."""
+    rows = _rows(y, name)
+    out = []
+    for i, v in enumerate(rows):
+        if isinstance(v, bytes):
+            v = v.decode("utf-8", "replace")
+        if isinstance(v, (str, np.str_)):
+            letter = str(v).strip().upper()
+            if len(letter) != 1 or letter not in CHOICE_LETTERS[:num_choices]:
+                raise ValueError(f"{name}[{i}]: answer {v!r}: expected a letter A-{CHOICE_LETTERS[num_choices - 1]} "
+                                 f"or an index 0..{num_choices - 1}")
+            out.append(CHOICE_LETTERS.index(letter))
+        else:
+            out.append(v)
+    return class_labels(np.asarray(out, dtype=object), num_choices, name=name)
+
+
+def options(values, n: int, num_choices: int, name: str = "options") -> list:
+    """RACE options: ``n`` rows of ``num_choices`` texts each (checked row by row: a ragged list is named)."""
+    rows = _rows(values, name)
+    same_length("articles", range(n), name, rows)
+    for i, row in enumerate(rows):
+        if isinstance(row, (str, bytes)) or not hasattr(row, "__len__") or len(row) != num_choices:
+            got = f"{len(row)} options" if hasattr(row, "__len__") and not isinstance(row, (str, bytes)) else \
+                repr(row)
+            raise ValueError(f"{name}[{i}]: {num_choices} options are expected per question, got {got}")
+    return [texts(list(row), f"{name}[{i}]") for i, row in enumerate(rows)]
+
+
+def sample_weights(w, n: int, name: str = "sample_weight") -> np.ndarray:
+    """One finite, non-negative weight per example -> float32 [n]."""
+    values = _numbers(np.asarray(_rows(w, name), dtype=object), name)
+    same_length("x", range(n), name, values)
+    bad = np.flatnonzero(values < 0)
+    if bad.size:
+        raise ValueError(f"{name}[{bad[0]}]: {values[bad[0]]:g} is negative: weights are >= 0")
+    return values.astype(np.float32)
+
+
+def class_weight_vector(class_weight: Mapping, num_classes: int) -> np.ndarray:
+    """Keras' ``class_weight`` ({class index: weight}; a class left out weighs 1) -> float32 [num_classes]."""
+    if not isinstance(class_weight, Mapping):
+        raise TypeError(f"class_weight: a dict {{class index: weight}} is expected, got {type(class_weight).__name__}")
+    out = np.ones(num_classes, np.float32)
+    for k, v in class_weight.items():
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= int(k) < num_classes:
+            raise ValueError(f"class_weight: key {k!r} is not a class index 0..{num_classes - 1}")
+        if not isinstance(v, (int, float, np.number)) or not np.isfinite(v) or v < 0:
+            raise ValueError(f"class_weight[{k}]: {v!r} is not a finite weight >= 0")
+        out[int(k)] = float(v)
+    return out
+
+
+def _numbers(rows: np.ndarray, name: str) -> np.ndarray:
+    out = np.empty(rows.size, np.float64)
+    for i, v in enumerate(rows.reshape(-1)):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise TypeError(f"{name}[{i}]: a number is expected, got {type(v).__name__} {v!r}")
+        if not np.isfinite(v):
+            raise ValueError(f"{name}[{i}]: {v} is not a finite number")
+        out[i] = v
+    return out
+
+
+def rows_of(features: Dict[str, np.ndarray], name: str = "x") -> int:
+    """The number of examples of a dict of feature arrays (all the same)."""
+    lengths = {k: len(v) for k, v in features.items()}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"{name}: the feature arrays have different numbers of rows: {lengths}")
+    return next(iter(lengths.values()), 0)
