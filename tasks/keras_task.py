@@ -294,7 +294,12 @@ class XLNetTask(TaskModel):
         return features
 
     def _step_logs(self):
-        return self.get_metrics_result() if self._has_metrics else {"loss": self._loss_tracker.result()}
+        logs = self.get_metrics_result() if self._has_metrics else {"loss": self._loss_tracker.result()}
+        if _multi_worker(self.distribute_strategy):
+            # Keras averages the replicas' logs with strategy.reduce("MEAN", v, axis=0) across workers, which
+            # needs an axis (a scalar fails: TensorFlow issue 72388): each log goes as [1]
+            logs = {k: tf.reshape(v, [1]) for k, v in logs.items()}
+        return logs
 
     def train_step(self, data):
         features = self._features(data)
@@ -318,6 +323,19 @@ class XLNetTask(TaskModel):
         self._update_metrics(features, outputs)
         self.update_health_counts(features, outputs)
         return self._step_logs()
+
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        """Keras builds the compiled metrics from the first batch averaged over the replicas
+        (``strategy.reduce("MEAN", batch)``), which fails for a MultiWorkerMirroredStrategy's dict batches and for
+        replicas whose batches have different lengths: the first local replica's batch serves instead."""
+        if iterator is not None and self._distribute_strategy is not None:
+            local = self.distribute_strategy.experimental_local_results
+            for _, _, it in iterator:
+                data_batch = tf.nest.map_structure(
+                    lambda v: local(v)[0] if isinstance(v, tf.distribute.DistributedValues) else v, next(it))
+                break
+            iterator = None
+        return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
 
     def predict_step(self, data):
         x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
@@ -561,6 +579,12 @@ class XLNetTask(TaskModel):
 
     def default_metrics(self):
         return []
+
+
+def _multi_worker(strategy) -> bool:
+    """A MultiWorkerMirroredStrategy across workers (Keras reduces its logs its own way, see ``_step_logs``)."""
+    return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and \
+        bool(getattr(strategy.extended, "_in_multi_worker_mode", lambda: False)())
 
 
 def _no_rows(x) -> bool:

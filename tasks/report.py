@@ -27,6 +27,7 @@ from xlnet_tf.fileutil import atomic_path
 log = logging.getLogger("report")
 
 CURVE_FILE = "training_curve.png"
+LOGGED_CLASSES = 20  # the log's per-class table and confusion matrix show at most this many classes
 
 
 def class_scores(gold, predicted, names: Sequence[str]) -> Dict:
@@ -50,21 +51,30 @@ def class_scores(gold, predicted, names: Sequence[str]) -> Dict:
             "confusion_matrix": {"labels": [str(n) for n in names], "counts": counts.tolist()}}
 
 
-def class_table(results: Dict) -> List[str]:
-    """The per-class scores and the confusion matrix of ``results`` as aligned lines (none without them)."""
+def class_table(results: Dict, limit: int = LOGGED_CLASSES) -> List[str]:
+    """The per-class scores and the confusion matrix of ``results`` as aligned lines (none without them). Past
+    ``limit`` classes, the ``limit`` most frequent gold classes only (a line says so: the whole table and matrix
+    stay in ``eval_results.json``), so a log stays readable with a thousand classes."""
     per_class, matrix = results.get("per_class"), results.get("confusion_matrix")
     if not per_class or not matrix:
         return []
-    names = matrix["labels"]
-    w = max(8, max(len(n) for n in names) + 2)
-    lines = [f"{'class':{w}s} precision  recall      f1  support"]
-    lines += [f"{n:{w}s} {s['precision']:9.3f} {s['recall']:7.3f} {s['f1']:7.3f} {s['support']:8d}"
-              for n, s in per_class.items()]
+    names, counts = matrix["labels"], np.asarray(matrix["counts"], np.int64)
+    shown = np.arange(len(names))
+    lines = []
+    if len(names) > limit:
+        shown = np.sort(np.argsort(-counts.sum(1), kind="stable")[:limit])
+        lines.append(f"{len(names):,} classes: the {limit} most frequent gold classes below (every class and the "
+                     f"whole confusion matrix: eval_results.json)")
+    w = max(8, max(len(names[i]) for i in shown) + 2)
+    lines.append(f"{'class':{w}s} precision  recall      f1  support")
+    for i in shown:
+        sc = per_class[names[i]]
+        lines.append(f"{names[i]:{w}s} {sc['precision']:9.3f} {sc['recall']:7.3f} {sc['f1']:7.3f} {sc['support']:8d}")
     lines.append(f"{'macro-F1':{w}s} {'':9s} {'':7s} {results['macro_f1']:7.3f}")
-    cw = max(6, max(len(n) for n in names) + 1)
+    cw = max(6, max(len(names[i]) for i in shown) + 1)
     lines.append("confusion matrix (rows: gold, columns: predicted)")
-    lines.append(f"{'':{w}s}" + "".join(f"{n:>{cw}s}" for n in names))
-    lines += [f"{n:{w}s}" + "".join(f"{c:{cw}d}" for c in row) for n, row in zip(names, matrix["counts"])]
+    lines.append(f"{'':{w}s}" + "".join(f"{names[i]:>{cw}s}" for i in shown))
+    lines += [f"{names[i]:{w}s}" + "".join(f"{c:{cw}d}" for c in counts[i, shown]) for i in shown]
     return lines
 
 

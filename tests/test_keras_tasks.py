@@ -329,19 +329,24 @@ sys.path.insert(0, ".")
 from tests.test_keras_tasks import _classifier, _config, _sst2
 from xlnet_tf.tasks import XLNetClassifier
 x, y = _sst2("train", 96)
-def run(strategy):
+def run(strategy, sgd=False):
     with strategy.scope():
         keras.utils.set_random_seed(5)
         model = XLNetClassifier(_config(dropout=0.0, dropatt=0.0), num_classes=2, max_seq_length=32,
                                 tokenizer=sys.argv[1], head_options={"dropout": 0.0})
-        model.compile(learning_rate=1e-3)
+        model.compile(optimizer=keras.optimizers.SGD(0.5) if sgd else "auto", learning_rate=1e-3)
     history = model.fit(x, y, batch_size=32, epochs=1, shuffle=False, verbose=0).history
     return model, history["loss"][0]
+def worst(a, b):
+    return max(float(np.max(np.abs(v.numpy() - w.numpy()))) for v, w in zip(a.weights, b.weights))
 mirrored, loss_m = run(tf.distribute.MirroredStrategy(["CPU:0", "CPU:1"]))
 one, loss_d = run(tf.distribute.get_strategy())
 assert mirrored.distribute_strategy.num_replicas_in_sync == 2 and int(mirrored.optimizer.iterations.numpy()) == 3
-worst = max(float(np.max(np.abs(a.numpy() - b.numpy()))) for a, b in zip(mirrored.weights, one.weights))
-print(json.dumps({"worst": worst, "loss": [loss_m, loss_d]}))
+sgd_m, _ = run(tf.distribute.MirroredStrategy(["CPU:0", "CPU:1"]), sgd=True)
+sgd_d, _ = run(tf.distribute.get_strategy(), sgd=True)
+moved = worst(sgd_d, one)
+print(json.dumps({"worst": worst(mirrored, one), "loss": [loss_m, loss_d], "sgd": worst(sgd_m, sgd_d),
+                  "sgd_moved": moved}))
 """
 
 
@@ -349,7 +354,8 @@ print(json.dumps({"worst": worst, "loss": [loss_m, loss_d]}))
 def test_fit_under_mirrored_strategy_equals_one_device():
     """A task model built under a MirroredStrategy scope (2 logical CPUs, a process of its own) fits the global
     batch split over its replicas: the weights after 3 steps equal the one-device fit's (no dropout; only the order
-    of float additions differs: per-replica sums, then the all-reduce)."""
+    of float additions differs: per-replica sums, then the all-reduce), with the recipe's AdamW and with another
+    Keras optimizer (SGD, which sums the replicas' gradients itself)."""
     import json
     import subprocess
     import sys
@@ -362,6 +368,7 @@ def test_fit_under_mirrored_strategy_equals_one_device():
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["worst"] < 1e-4, out
     assert out["loss"][0] == pytest.approx(out["loss"][1], rel=1e-4), out
+    assert out["sgd"] < 1e-4 and out["sgd_moved"] > 1e-3, out  # any Keras optimizer: the same update on 2 replicas
 
 
 @pytest.mark.slow

@@ -117,3 +117,20 @@ def test_generic_task_refuses_an_empty_label_cell(glue, tmp_path):
     line = refused(run_classifier, *glue_args(glue, "generic", out), f"--data_dir={data}", "--text_a_column=sentence")
     assert f"{data / 'train.tsv'}, line 6: field 'label': expected a label, got an empty cell" in line, line
     assert records(out) == []
+
+
+@pytest.mark.slow
+def test_a_thousand_classes_of_two_examples_are_said_in_one_line_and_the_log_stays_small(glue, tmp_path):
+    """1,000 classes with 2 training examples each: one WARNING line says so; the evaluation log shows the 20 most
+    frequent classes (a line points to eval_results.json, which keeps every class and the whole matrix)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    write_tsv(data / "train.tsv", [(f"{SENTENCES[i % 6]} {i}", f"c{i // 2}") for i in range(2000)])
+    write_tsv(data / "dev.tsv", [(f"{SENTENCES[i % 6]} {i}", f"c{i}") for i in range(40)])
+    r = succeeds(run_classifier, *args(glue, data, tmp_path / "out"))
+    said = [line for line in r.stderr.splitlines() if "classes with 2.0 training examples each" in line]
+    assert len(said) == 1 and "1,000 classes" in said[0], r.stderr[-3000:]
+    assert len(r.stderr) < 60_000, len(r.stderr)
+    assert "the 20 most frequent gold classes below" in r.stderr
+    results = json.loads((tmp_path / "out" / "eval_results.json").read_text())
+    assert len(results["confusion_matrix"]["counts"]) == 1000

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 import run_classifier
@@ -171,3 +172,47 @@ def test_a_finished_run_leaves_none_of_its_files_open(glue, tmp_path):
     assert run_main.left_open(before)
     f.close()
     assert not run_main.left_open(before)
+
+
+# ------------------------------------------------------------------------------------------- we delete only ours
+def test_an_export_directory_holding_files_of_the_user_is_refused_before_any_work(glue, tmp_path):
+    """--export_dir / --export_huggingface replace a directory whole: one that holds anything but an earlier export
+    is refused in one line naming it, before training (nothing written, nothing removed)."""
+    mine = tmp_path / "mine"
+    (mine / "sub").mkdir(parents=True)
+    (mine / "notes.txt").write_text("keep me")
+    (mine / "sub" / "other.bin").write_bytes(b"\1" * 8)
+    out = tmp_path / "out"
+    for flag in ("--export_dir", "--export_huggingface"):
+        line = refused(run_classifier, *glue_args(glue, "SST-2", out, f"{flag}={mine}"))
+        assert f"{flag}={mine}" in line and "notes.txt" in line and "nothing is written" in line, line
+    assert not out.exists()
+    assert (mine / "notes.txt").read_text() == "keep me" and (mine / "sub" / "other.bin").read_bytes() == b"\1" * 8
+
+
+@pytest.mark.slow
+def test_an_earlier_export_is_replaced_and_overwrite_keeps_what_runs_did_not_write(glue, tmp_path):
+    """An earlier export of ours is replaced; --overwrite_output_dir removes what runs wrote in the work
+    directories (checkpoints, summaries, history, cached features) and nothing else."""
+    out, export = tmp_path / "out", tmp_path / "export"
+    model_dir = tmp_path / "model"
+    succeeds(run_classifier, *glue_args(glue, "SST-2", out, f"--export_dir={export}", f"--model_dir={model_dir}"))
+    first = (export / "saved_model.pb").stat().st_mtime_ns
+    (model_dir / "my_notes.txt").write_text("mine")
+    (out / "data" / "my_data.csv").write_text("a,b\n")
+    succeeds(run_classifier, *glue_args(glue, "CoLA", out, f"--export_dir={export}", f"--model_dir={model_dir}",
+                                        "--overwrite_output_dir"))
+    assert (export / "saved_model.pb").stat().st_mtime_ns != first
+    assert (model_dir / "my_notes.txt").read_text() == "mine" and (out / "data" / "my_data.csv").exists()
+
+
+def test_many_classes_with_few_examples_are_said_and_the_log_table_is_bounded(tmp_path):
+    from xlnet_tf.tasks.report import LOGGED_CLASSES, class_scores, class_table
+
+    names = [f"c{i}" for i in range(1000)]
+    gold = np.repeat(np.arange(1000), 2)
+    lines = class_table(class_scores(gold, np.roll(gold, 1), names))
+    assert len(lines) <= 2 * LOGGED_CLASSES + 6 and "1,000 classes" in lines[0] and "eval_results.json" in lines[0]
+    assert max(len(line) for line in lines) < 400
+    small = class_table(class_scores([0, 1, 1], [0, 1, 0], ["neg", "pos"]))
+    assert small[0].startswith("class") and len(small) == 8

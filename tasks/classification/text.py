@@ -5,12 +5,15 @@
   space. There is no dev set: ``dev`` reads ``test`` (as the original XLNet did).
 * char-CNN sets (Zhang et al. 2015): header-less ``train.csv``/``test.csv``, label index first (1-based), then
   the text columns, joined with a space; ``\\n`` escapes become spaces. ``dev`` reads ``test.csv``.
-* ``generic``: the user's own csv / tsv (with a header) / jsonl files, columns named by options.
+* ``generic``: the user's own csv / tsv (with a header) / jsonl files, columns named by options. A train file of
+  one class is refused (``--allow_single_class``), one with fewer than ``FEW_PER_CLASS`` examples per class on
+  average is said in one WARNING line.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import tarfile
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -18,7 +21,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from xlnet_tf.tasks.classification.reader import ClassificationTask, Col, Columns, Example, read_jsonl, read_table
 from xlnet_tf.tasks.errors import DataError
 
+log = logging.getLogger("data")
+
 DOC_METRICS = ("accuracy", "error_rate")
+FEW_PER_CLASS = 5  # fewer training examples per class than this on average: said in one WARNING line
 
 
 # -------------------------------------------------------------------- IMDB
@@ -193,6 +199,12 @@ class GenericTask(ClassificationTask):
                                             f"line): a classifier learns nothing from it (loss 0 from the first "
                                             f"step); add examples of the other classes, or pass "
                                             f"--allow_single_class to train anyway")
+            if split == "train" and len(classes) >= 2:
+                labelled = sum(ex.label is not None for ex in examples)
+                if labelled < FEW_PER_CLASS * len(classes):
+                    log.warning("%s: %s classes with %.1f training examples each on average: too few for a "
+                                "classifier to learn them (check --label_column, or merge rare classes)", path,
+                                f"{len(classes):,}", labelled / len(classes))
 
     def _read(self, data_dir: str, split: str) -> List[Example]:
         self.discover_labels(data_dir)
