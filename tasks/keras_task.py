@@ -397,7 +397,7 @@ class XLNetTask(TaskModel):
         ``max_seq_length`` so they stack). Every array input is checked here (``tasks/keras_inputs.py``)."""
         fixed = self.max_seq_length if micro_batches > 1 else None
         # the map's function traced as written (no AutoGraph), as every graph function of the project
-        preprocess = tf.autograph.experimental.do_not_convert(lambda *e: self._preprocess(*e, length=fixed))
+        preprocess = lambda *e: self._preprocess(*e, length=fixed)  # noqa: E731
         if batch_size is not None and (isinstance(batch_size, bool) or int(batch_size) < 1):
             raise ValueError(f"batch_size={batch_size!r}: expected an integer >= 1")
         if isinstance(x, tf.data.Dataset):
@@ -406,7 +406,7 @@ class XLNetTask(TaskModel):
                                  "(x, y, sample_weight)); y= and sample_weight= are for arrays")
             ds = self._batched(x, batch_size)
             if self.is_raw(ds.element_spec):
-                ds = ds.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
+                ds = ds.map(tf.autograph.experimental.do_not_convert(preprocess), num_parallel_calls=tf.data.AUTOTUNE)
         else:
             if x is None:
                 raise TypeError(f"{type(self).__name__}: x is required (texts, a dict of features or a dataset)")
@@ -427,9 +427,9 @@ class XLNetTask(TaskModel):
                 ds = ds.shuffle(max(n, 1), seed=self.seed)
             ds = ds.batch(batch_size)
             if not isinstance(x, dict):
-                ds = ds.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)
+                ds = ds.map(tf.autograph.experimental.do_not_convert(preprocess), num_parallel_calls=tf.data.AUTOTUNE)
         if class_weight is not None:
-            ds = ds.map(self._class_weighting(class_weight))
+            ds = ds.map(tf.autograph.experimental.do_not_convert(self._class_weighting(class_weight)))
         if micro_batches > 1:
             ds = ds.batch(micro_batches, drop_remainder=True)
         return datasets.for_iteration(ds.prefetch(tf.data.AUTOTUNE))
@@ -457,7 +457,7 @@ class XLNetTask(TaskModel):
             cw = tf.gather(table, tf.cast(y, tf.int32))
             return x, y, cw if w is None else cw * tf.cast(w, tf.float32)
 
-        return tf.autograph.experimental.do_not_convert(weigh)
+        return weigh
 
     @property
     def num_labels(self) -> int:

@@ -314,8 +314,19 @@ def test_question_answerer_fits_raw_squad_text():
     qa.compile(learning_rate=3e-3, train_steps=30)
     before = qa.evaluate((questions, contexts), answers, verbose=0, return_dict=True)["loss"]
     qa.fit((questions, contexts), answers, batch_size=16, epochs=10, verbose=0)
-    after = qa.evaluate((questions, contexts), answers, verbose=0, return_dict=True)["loss"]
+    scores = qa.evaluate((questions, contexts), answers, verbose=0)
+    after = scores["loss"]
     assert after < 0.8 * before, (before, after)
+    # the official scores of predict's answers, no answer where the null odds pass the CLI's threshold (0.0)
+    from xlnet_tf.tasks.squad.metrics import compute_exact
+
+    out = qa.predict((questions, contexts))
+    assert list(out["has_answer"]) == [bool(o <= 0.0) and s >= 0 for o, s in zip(out["null_odds"],
+                                                                                  out["answer_start"])]
+    said = ["" if o > 0.0 else t for o, t in zip(out["null_odds"], out["answer_text"])]
+    golds = [[a["text"]] if a else [""] for a in answers]
+    exact = 100.0 * np.mean([max(compute_exact(g, p) for g in gs) for gs, p in zip(golds, said)])
+    assert scores["exact"] == pytest.approx(exact) and 0 <= scores["f1"] <= 100 and "NoAns_exact" in scores, scores
     with pytest.raises(ValueError, match="is not at character"):
         qa.fit((questions[:1], contexts[:1]), [{"text": "zzz", "answer_start": 0}], verbose=0)
 
