@@ -22,6 +22,7 @@ OUTPUT_DIR/model) takes precedence over ``--init_checkpoint``. ``--output_file``
 from __future__ import annotations
 
 import logging
+import os
 import re
 
 import run_common
@@ -189,6 +190,8 @@ def write_vectors(path, pooled, tokens, input_ids, padding_mask, layers, line_in
 def job(F):
     if not F.output_file or not F.output_file.endswith((".npz", ".tfrecord")):
         raise ValueError(f"--output_file must end with .npz or .tfrecord, got {F.output_file!r}")
+    if os.path.isdir(F.output_file):  # (an existing file of that name is replaced, as any output file is)
+        raise ValueError(f"--output_file={F.output_file}: is a directory; pass the path of a file to write")
     if not F.input_file:
         raise ValueError("--input_file is required")
     texts, line_index = read_texts(F.input_file)

@@ -217,7 +217,7 @@ class XLNetTask(TaskModel):
         if optimizer != AUTO:
             with self.distribute_strategy.scope():
                 optimizer = keras.optimizers.get(optimizer) if isinstance(optimizer, str) else optimizer
-            UpdateRule.check_optimizer(optimizer)
+            UpdateRule.check_optimizer(optimizer, self.distribute_strategy)
         self._loss_spec = loss
         object.__setattr__(self, "_rule", None)
         if optimizer == AUTO:

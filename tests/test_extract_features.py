@@ -129,3 +129,15 @@ def test_blank_lines_are_counted_and_rows_map_back_to_lines(pretrained, tmp_path
     rows = [tf.train.Example.FromString(x.numpy()).features.feature["line_index"].int64_list.value[0]
             for x in tf.data.TFRecordDataset(str(tmp_path / "b.tfrecord"))]
     assert rows == [1, 4, 6]
+
+
+def test_an_output_file_that_is_a_directory_is_refused(pretrained, tmp_path):
+    texts = tmp_path / "t.txt"
+    texts.write_text("fine\n", encoding="utf-8")
+    target = tmp_path / "vectors.npz"
+    target.mkdir()
+    (target / "mine.txt").write_text("keep")
+    line = refused(extract_features, f"--input_file={texts}", f"--output_file={target}",
+                   f"--spiece_model_file={SPM}", f"--init_checkpoint={pretrained}", f"--output_dir={tmp_path}/o")
+    assert line == f"error: --output_file={target}: is a directory; pass the path of a file to write", line
+    assert (target / "mine.txt").read_text() == "keep"

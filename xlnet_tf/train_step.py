@@ -90,10 +90,8 @@ class UpdateRule:
                 inner.set_lr_multipliers(self.train_vars, mult)
             if inner.weight_decay:
                 inner.set_decay_flags(self.train_vars, optimization.decay_flags(model, self.train_vars))
-        # Another Keras optimizer sums the replicas' gradients itself: this rule's already summed gradients reach
-        # it divided by the replica count, so its sum is the step's gradient again.
-        self.replica_share = None if isinstance(inner, optimization.AdamW) or strategy.num_replicas_in_sync == 1 \
-            else 1.0 / strategy.num_replicas_in_sync
+        else:
+            self.check_optimizer(inner, strategy)
         if not optimizer.built:
             optimizer.build(self.train_vars)  # slots for the trainable subset only
         self.seed = cfg.seed
@@ -108,11 +106,18 @@ class UpdateRule:
         self.replica_fn = tf.function(self.replica_step, jit_compile=self.jit == "step", autograph=False)
 
     @staticmethod
-    def check_optimizer(optimizer) -> None:
-        """What ``optimizer=`` may be: a Keras optimizer (any, on one replica or several; TypeError otherwise)."""
+    def check_optimizer(optimizer, strategy) -> None:
+        """What ``optimizer=`` may be: a Keras optimizer (TypeError otherwise); on several replicas only
+        ``xlnet_tf.optimization.AdamW`` (the recipe's), which takes the gradients this rule all-reduces itself
+        (another Keras optimizer all-reduces them again: ValueError)."""
+        inner = getattr(optimizer, "inner_optimizer", optimizer)
         if not isinstance(optimizer, keras.optimizers.Optimizer):
             raise TypeError(f"optimizer: a keras.optimizers.Optimizer or 'auto' is expected, got "
                             f"{type(optimizer).__name__} {optimizer!r}"[:300])
+        if strategy.num_replicas_in_sync > 1 and not isinstance(inner, optimization.AdamW):
+            raise ValueError(f"optimizer: {type(inner).__name__} under {strategy.num_replicas_in_sync} replicas: the "
+                             f"update all-reduces the gradients itself, which only the recipe's optimizer "
+                             f"(optimizer='auto', xlnet_tf.optimization.AdamW) expects; use it, or one replica")
 
     @property
     def clip(self) -> Optional[float]:
@@ -183,8 +188,6 @@ class UpdateRule:
             grads = [g * m if m != 1.0 else g for g, m in zip(grads, mult)]
         if scale is not None:  # LossScaleOptimizer divides by the same power of two: exact round trip
             grads = [g * scale for g in grads]
-        if self.replica_share is not None:
-            grads = [g * self.replica_share for g in grads]
         outer.apply(grads, [self.train_vars[i] for i in live])
         return gnorm
 
