@@ -86,24 +86,43 @@ class XLNetTask(TaskModel):
         self.build_with(self.dummy_features())
 
     # ------------------------------------------------------------------ construction
+    # (issue 69: names, revision/token/cache_dir/local_files_only, ignore_mismatched_sizes, save_pretrained)
     @classmethod
-    def from_pretrained(cls, path: str, tokenizer=None, lower: bool = False, max_seq_length: int = 128,
-                        seed: int = TrainConfig.seed, head_options: Optional[Dict[str, Any]] = None,
-                        config_overrides=None, **task_kwargs):
-        """Reads every format ``XLNetModel.from_pretrained`` reads (original TF1, HuggingFace, ours) and the head
-        when the checkpoint holds it (an original fine-tuned checkpoint, or ``save_pretrained``'s). The tokenizer:
-        ``tokenizer`` (a path or an ``XLNetTokenizer``), else ``spiece.model`` in the checkpoint's directory."""
+    def from_pretrained(cls, name_or_path: str, tokenizer=None, lower: Optional[bool] = None,
+                        max_seq_length: int = 128, seed: int = TrainConfig.seed, head_options: Optional[Dict[str, Any]] = None,
+                        config_overrides=None, *, revision=None, token=None, cache_dir=None, local_files_only=None,
+                        ignore_mismatched_sizes: bool = False, **task_kwargs):
+        """Reads every format ``XLNetModel.from_pretrained`` reads (original TF1, HuggingFace, ours), from a path or
+        a model name (``xlnet_tf.presets``: ``revision``, ``token``, ``cache_dir``, ``local_files_only``), and the
+        head when the checkpoint holds it (an original fine-tuned checkpoint, an HF ``XLNetFor...`` folder, or
+        ``save_pretrained``'s); a head that does not fit is refused in one line, or re-initialised with a warning
+        under ``ignore_mismatched_sizes=True`` (``TaskModel.load_init_checkpoint``). The tokenizer: ``tokenizer``
+        (a path or an ``XLNetTokenizer``), else ``spiece.model`` in the checkpoint's directory; ``lower`` None: the
+        folder's ``tokenizer_config.json`` (``do_lower_case``), else cased."""
+        from xlnet_tf import presets
+
+        path = presets.resolve(name_or_path, revision=revision, token=token, cache_dir=cache_dir,
+                               local_files_only=local_files_only)
         fmt = checkpoint.detect_format(path)
         config = checkpoint.resolve_config(path, fmt, None, dict(config_overrides or {}))
+        folder = path if os.path.isdir(path) else os.path.dirname(path)
+        if lower is None:
+            lower = checkpoint.tokenizer_lower(folder)
         if tokenizer is None:
-            folder = path if os.path.isdir(path) else os.path.dirname(path)
             tokenizer = os.path.join(folder, SPIECE)
             if not os.path.isfile(tokenizer):
                 raise FileNotFoundError(f"{path}: no {SPIECE} beside the checkpoint; pass tokenizer=PATH/{SPIECE}")
         model = cls(config, tokenizer=tokenizer, lower=lower, max_seq_length=max_seq_length, seed=seed,
                     pretrained=True, head_options=head_options, **task_kwargs)
-        model.load_init_checkpoint(path)
+        model.load_init_checkpoint(path, ignore_mismatched_sizes=ignore_mismatched_sizes)
         return model
+
+    def save_pretrained(self, directory: str, format: str = "own") -> None:
+        """``TaskModel.save_pretrained`` with the tokenizer: ``spiece.model`` in both formats, and in the HF one the
+        files with which transformers' ``AutoTokenizer`` builds the same tokenizer; ``from_pretrained(directory)``
+        reads the model back whole, its head included."""
+        super().save_pretrained(directory, format=format, tokenizer=self._tok.python if self._tok else None)
+    # (end of issue 69's part)
 
     def set_tokenizer(self, tokenizer, lower: Optional[bool] = None) -> None:
         """A SentencePiece model path or an ``XLNetTokenizer`` (its ``lower`` wins)."""

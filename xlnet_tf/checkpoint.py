@@ -40,11 +40,19 @@ import numpy as np
 from xlnet_tf.config import XLNetConfig, describe_activation
 from xlnet_tf.fileutil import atomic_directory, write_json
 from xlnet_tf.hf_checkpoint import (HF_CONFIG, HF_WEIGHTS, HFHead, HFReader, hf_config, hf_key, hf_key_map, hf_layout,
-                                    write_safetensors)
+                                    hf_tokenizer_json, write_safetensors)
 from xlnet_tf.tf_checkpoint import (CKPT_NAME, PREFIX, CheckpointError, TFCheckpointReader, find_tf_checkpoint,
                                     write_tf_checkpoint)
 
 OWN_CONFIG = "xlnet_tf_config.json"
+SPIECE = "spiece.model"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+TOKENIZER_JSON = "tokenizer.json"
+SPECIAL_TOKENS_MAP = "special_tokens_map.json"
+# transformers' XLNetTokenizer's special tokens (the pieces of spiece.model: xlnet_tf/tokenizer.py's SPECIAL_PIECES)
+HF_SPECIAL_TOKENS = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "sep_token": "<sep>",
+                     "pad_token": "<pad>", "cls_token": "<cls>", "mask_token": "<mask>",
+                     "additional_special_tokens": ["<eop>", "<eod>"]}
 
 log = logging.getLogger(__name__)
 
@@ -254,15 +262,67 @@ def hf_backbone_tensors(model) -> "OrderedDict[str, np.ndarray]":
 SAVE_FORMATS = ("own", "huggingface")
 
 
+# Every file save_pretrained writes, in either format: a directory holding anything else is not replaced.
+SAVED_FILES = {OWN_CONFIG, "xlnet_config.json", "checkpoint", HF_CONFIG, HF_WEIGHTS, SPIECE, TOKENIZER_CONFIG,
+               SPECIAL_TOKENS_MAP, TOKENIZER_JSON}
+
+
+def check_replaceable(directory: str) -> None:
+    """``save_pretrained`` replaces only a directory it could have written (empty, or only its own files); else one
+    line naming the directory and a file that is not ours."""
+    if not os.path.exists(directory):
+        return
+    if not os.path.isdir(directory):
+        raise ValueError(f"{directory}: exists and is not a directory; save_pretrained writes a directory")
+    foreign = sorted(n for n in os.listdir(directory) if n not in SAVED_FILES and not n.startswith(CKPT_NAME + "."))
+    if foreign:
+        raise ValueError(f"{directory}: holds files save_pretrained did not write ({', '.join(foreign[:3])}"
+                         f"{', ...' if len(foreign) > 3 else ''}); it would replace the whole directory: pass a new "
+                         f"or empty directory")
+
+
+def write_tokenizer(folder: str, tokenizer) -> None:
+    """``spiece.model`` and the files with which transformers' ``AutoTokenizer`` builds the same XLNet tokenizer
+    (``tokenizer_config.json``, ``special_tokens_map.json``, and ``tokenizer.json`` for its default fast tokenizer:
+    ``hf_checkpoint.hf_tokenizer_json``; ``do_lower_case`` is read back by ``tokenizer_lower``)."""
+    import shutil
+
+    shutil.copyfile(tokenizer.spiece_model_file, os.path.join(folder, SPIECE))
+    specials = dict(HF_SPECIAL_TOKENS)
+    write_json(os.path.join(folder, SPECIAL_TOKENS_MAP), specials, indent=2, sort_keys=True)
+    write_json(os.path.join(folder, TOKENIZER_CONFIG),
+               dict(specials, tokenizer_class="XLNetTokenizer", do_lower_case=bool(tokenizer.lower),
+                    remove_space=bool(tokenizer.remove_space), keep_accents=bool(tokenizer.keep_accents),
+                    padding_side="left", model_max_length=1000000000000000019884624838656),
+               indent=2, sort_keys=True)
+    write_json(os.path.join(folder, TOKENIZER_JSON),
+               hf_tokenizer_json(tokenizer.spiece_model_file, tokenizer.lower, tokenizer.remove_space,
+                                 tokenizer.keep_accents))
+
+
+def tokenizer_lower(folder: str) -> bool:
+    """``do_lower_case`` of the ``tokenizer_config.json`` in ``folder`` (False without one)."""
+    import json
+
+    try:
+        with open(os.path.join(folder, TOKENIZER_CONFIG), encoding="utf-8") as f:
+            return bool(json.load(f).get("do_lower_case", False))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def save_pretrained(model, directory: str, extra: Optional[Mapping[str, np.ndarray]] = None, format: str = "own",
-                    hf_head: Optional[HFHead] = None) -> None:
-    """Writes ``directory`` atomically (a temp directory renamed over it once complete).
+                    hf_head: Optional[HFHead] = None, tokenizer=None) -> None:
+    """Writes ``directory`` atomically (a temp directory renamed over it once complete); an existing directory
+    only when it holds nothing but what this function writes (``check_replaceable``).
 
     ``format="own"``: our format (``extra``: more tensors under original names, e.g. a fine-tuned head).
     ``format="huggingface"``: ``config.json`` + ``model.safetensors`` for transformers' PyTorch XLNet:
-    ``XLNetLMHeadModel`` (and ``XLNetModel``) for a backbone, or ``hf_head``'s class for a fine-tuned model."""
+    ``XLNetLMHeadModel`` (and ``XLNetModel``) for a backbone, or ``hf_head``'s class for a fine-tuned model.
+    ``tokenizer`` (an ``XLNetTokenizer``): written beside the weights (``write_tokenizer``)."""
     if format not in SAVE_FORMATS:
         raise ValueError(f"format: expected one of {SAVE_FORMATS}, got {format!r}")
+    check_replaceable(directory)
     if format == "huggingface":
         config = hf_config(model.config, hf_head)  # checked before anything is written
         tensors = hf_backbone_tensors(model)
@@ -272,8 +332,12 @@ def save_pretrained(model, directory: str, extra: Optional[Mapping[str, np.ndarr
         with atomic_directory(directory) as tmp:
             write_safetensors(os.path.join(tmp, HF_WEIGHTS), tensors)
             write_json(os.path.join(tmp, HF_CONFIG), config, indent=2, sort_keys=True)
+            if tokenizer is not None:
+                write_tokenizer(tmp, tokenizer)
         return
     with atomic_directory(directory) as tmp:
+        if tokenizer is not None:
+            write_tokenizer(tmp, tokenizer)
         tensors = backbone_tensors(model)
         if extra:
             tensors.update(extra)
