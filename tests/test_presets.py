@@ -235,3 +235,28 @@ def test_the_known_names_say_what_each_is():
             "xlnet_cased_L-24_H-1024_A-16"} <= set(names)
     for p in names.values():
         assert p.description and p.size and (p.repo if p.source == "huggingface" else p.url.startswith("https://"))
+
+
+def test_the_command_line_trains_from_init_checkpoint_name_alone(hub, glue, tmp_path, monkeypatch):
+    """--init_checkpoint=REPO gives the weights, the config and the SentencePiece model (no --model_config_path,
+    no --spiece_model_file); a name that cannot be had is one error: line naming it."""
+    from huggingface_hub import constants as hf_constants
+
+    import run_classifier
+    from tests.cli_util import refused, succeeds
+    from tests.conftest import TINIEST
+    from xlnet_tf import XLNetTokenizer
+
+    model = XLNetModel(XLNetConfig.from_dict(TINIEST))
+    model.save_pretrained(str(tmp_path / "src"), format="huggingface",
+                          tokenizer=XLNetTokenizer(shared_path("spiece", "spiece.model")))
+    hub.repos[(REPO, SHA)] = folder_files(tmp_path / "src")
+    hub.refs[(REPO, "main")] = SHA
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp_path / "hf"))
+    args = [f"--task=SST-2", f"--data_dir={glue / 'SST-2'}", "--max_seq_length=32", "--train_batch_size=8",
+            "--train_steps=2", "--save_steps=2", "--progress=false", "--do_train"]
+    r = succeeds(run_classifier, *args, f"--output_dir={tmp_path / 'out'}", f"--init_checkpoint={REPO}")
+    snapshot = tmp_path / "hf" / f"models--{REPO.replace('/', '--')}" / "snapshots" / SHA
+    assert str(snapshot) in r.stderr  # the checkpoint read (and its config, its spiece.model)
+    line = refused(run_classifier, *args, f"--output_dir={tmp_path / 'out2'}", "--init_checkpoint=nobody/nothing")
+    assert "--init_checkpoint=nobody/nothing" in line and str(tmp_path / "hf") in line
