@@ -177,6 +177,12 @@ def test_a_head_that_does_not_fit_is_refused_or_reinitialised_by_one_rule(fmt, t
             fresh = XLNetClassifier.from_pretrained(folder, max_seq_length=48, ignore_mismatched_sizes=True, **kw)
         assert any("re-initialised" in r.getMessage() for r in caplog.records)
         np.testing.assert_array_equal(fresh.backbone.word_embedding.numpy(), model.backbone.word_embedding.numpy())
+    from xlnet_tf.tasks import XLNetQuestionAnswerer
+
+    with caplog.at_level(logging.WARNING):  # another kind of head: a new one, said (transformers' unexpected keys)
+        caplog.clear()
+        XLNetQuestionAnswerer.from_pretrained(folder, max_seq_length=32, doc_stride=8, max_query_length=8)
+    assert any("are not this model's head" in r.getMessage() for r in caplog.records)
     if fmt == "own":  # the other task's logits are named in the refusal
         with pytest.raises(CheckpointError, match="it holds model/classification_task/logit/kernel"):
             XLNetClassifier.from_pretrained(folder, max_seq_length=48, regression=True)

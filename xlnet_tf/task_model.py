@@ -170,6 +170,9 @@ class TaskModel(WrapsBackbone, keras.Model):
     def _load_head(self, path, entries, others, reader, ignore: bool) -> int:
         """Assigns the head's weights found in the checkpoint (the rule: ``load_init_checkpoint``'s docstring)."""
         present = [e for e in entries if e[3] is not None]
+        if not present and others:  # another kind of head (transformers' "unexpected keys"): this one starts new
+            log.warning("%s: the checkpoint's head weights (%s%s) are not this model's head: its head is new",
+                        path, ", ".join(others[:3]), ", ..." if len(others) > 3 else "")
         mismatched = []
         for name, var, transposed, shape, _ in entries:
             expected = tuple(var.shape)
