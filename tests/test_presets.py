@@ -137,7 +137,8 @@ def test_hf_repo_id_downloads_into_the_hub_cache_then_works_offline(hub, tiny_mo
     np.testing.assert_allclose(outputs(model, tiny_model["ids"]), tiny_model["out"], atol=1e-6)
     snapshot = cache / f"models--{REPO.replace('/', '--')}" / "snapshots" / SHA
     assert sorted(os.listdir(snapshot)) == sorted(["config.json", "model.safetensors", "spiece.model",
-                                                   "special_tokens_map.json", "tokenizer_config.json"])
+                                                   "special_tokens_map.json", "tokenizer_config.json",
+                                                   "tokenizer.json"])
     fetched = [p for _, p in hub.requests if "/resolve/" in p]
     assert not any("tf_model.h5" in p or "README" in p for p in fetched)  # only what a model needs
     hub.requests.clear()
@@ -237,6 +238,7 @@ def test_the_known_names_say_what_each_is():
         assert p.description and p.size and (p.repo if p.source == "huggingface" else p.url.startswith("https://"))
 
 
+@pytest.mark.slow
 def test_the_command_line_trains_from_init_checkpoint_name_alone(hub, glue, tmp_path, monkeypatch):
     """--init_checkpoint=REPO gives the weights, the config and the SentencePiece model (no --model_config_path,
     no --spiece_model_file); a name that cannot be had is one error: line naming it."""

@@ -16,6 +16,8 @@ from tests.conftest import shared_path, tiny
 from xlnet_tf import XLNetConfig
 from xlnet_tf.tf_checkpoint import CheckpointError
 
+pytestmark = pytest.mark.slow  # each builds, saves and reloads a model and runs transformers' (> 2 s)
+
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
