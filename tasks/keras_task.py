@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 
 SPIECE = "spiece.model"
 AUTO = "auto"
+TASK_FILE = checkpoint.TASK_FILE  # the Keras task model's class and arguments, beside its save_pretrained weights
 
 
 class _Tokenizers:
@@ -89,16 +90,19 @@ class XLNetTask(TaskModel):
     # (issue 69: names, revision/token/cache_dir/local_files_only, ignore_mismatched_sizes, save_pretrained)
     @classmethod
     def from_pretrained(cls, name_or_path: str, tokenizer=None, lower: Optional[bool] = None,
-                        max_seq_length: int = 128, seed: int = TrainConfig.seed, head_options: Optional[Dict[str, Any]] = None,
-                        config_overrides=None, *, revision=None, token=None, cache_dir=None, local_files_only=None,
-                        ignore_mismatched_sizes: bool = False, **task_kwargs):
+                        max_seq_length: Optional[int] = None, seed: int = TrainConfig.seed,
+                        head_options: Optional[Dict[str, Any]] = None, config_overrides=None, *, revision=None,
+                        token=None, cache_dir=None, local_files_only=None, ignore_mismatched_sizes: bool = False,
+                        **task_kwargs):
         """Reads every format ``XLNetModel.from_pretrained`` reads (original TF1, HuggingFace, ours), from a path or
         a model name (``xlnet_tf.presets``: ``revision``, ``token``, ``cache_dir``, ``local_files_only``), and the
         head when the checkpoint holds it (an original fine-tuned checkpoint, an HF ``XLNetFor...`` folder, or
         ``save_pretrained``'s); a head that does not fit is refused in one line, or re-initialised with a warning
         under ``ignore_mismatched_sizes=True`` (``TaskModel.load_init_checkpoint``). The tokenizer: ``tokenizer``
         (a path or an ``XLNetTokenizer``), else ``spiece.model`` in the checkpoint's directory; ``lower`` None: the
-        folder's ``tokenizer_config.json`` (``do_lower_case``), else cased."""
+        folder's ``tokenizer_config.json`` (``do_lower_case``), else cased. A folder ``save_pretrained`` wrote for
+        this class gives the task's arguments it was built with (``TASK_FILE``: ``num_classes``, ``regression``,
+        ``max_seq_length``, ``head_options``, ...); the ones passed here win."""
         from xlnet_tf import presets
 
         path = presets.resolve(name_or_path, revision=revision, token=token, cache_dir=cache_dir,
@@ -106,6 +110,10 @@ class XLNetTask(TaskModel):
         fmt = checkpoint.detect_format(path)
         config = checkpoint.resolve_config(path, fmt, None, dict(config_overrides or {}))
         folder = path if os.path.isdir(path) else os.path.dirname(path)
+        saved = _saved_task(folder, cls)
+        task_kwargs = dict(saved.get("task", {}), **task_kwargs)
+        max_seq_length = max_seq_length or saved.get("max_seq_length", 128)
+        head_options = saved.get("head_options") if head_options is None else head_options
         if lower is None:
             lower = checkpoint.tokenizer_lower(folder)
         if tokenizer is None:
@@ -118,10 +126,13 @@ class XLNetTask(TaskModel):
         return model
 
     def save_pretrained(self, directory: str, format: str = "own") -> None:
-        """``TaskModel.save_pretrained`` with the tokenizer: ``spiece.model`` in both formats, and in the HF one the
-        files with which transformers' ``AutoTokenizer`` builds the same tokenizer; ``from_pretrained(directory)``
-        reads the model back whole, its head included."""
-        super().save_pretrained(directory, format=format, tokenizer=self._tok.python if self._tok else None)
+        """``TaskModel.save_pretrained`` with the tokenizer (``spiece.model`` in both formats, and in the HF one the
+        files with which transformers' ``AutoTokenizer`` builds the same tokenizer) and the task's arguments
+        (``TASK_FILE``), so ``from_pretrained(directory)`` reads the model back whole, its head included."""
+        task = {"class": type(self).__name__, "max_seq_length": self.max_seq_length,
+                "head_options": self.head_options, "task": self.task_config()}
+        super().save_pretrained(directory, format=format, tokenizer=self._tok.python if self._tok else None,
+                                extra_files={TASK_FILE: task})
     # (end of issue 69's part)
 
     def set_tokenizer(self, tokenizer, lower: Optional[bool] = None) -> None:
@@ -410,6 +421,20 @@ class XLNetTask(TaskModel):
 
     def default_metrics(self):
         return []
+
+
+def _saved_task(folder: str, cls) -> Dict[str, Any]:
+    """``TASK_FILE`` in ``folder`` when ``save_pretrained`` wrote it for ``cls`` (another class's: {}). (issue 69)"""
+    import json
+
+    try:
+        with open(os.path.join(folder, TASK_FILE), encoding="utf-8") as f:
+            saved = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(saved, dict) or saved.get("class") != cls.__name__:
+        return {}
+    return saved
 
 
 def _cardinality(ds: tf.data.Dataset) -> Optional[int]:

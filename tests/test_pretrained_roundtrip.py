@@ -105,7 +105,8 @@ def test_huggingface_folder_loads_in_transformers_and_comes_back_with_its_head(c
     ours = model(features, training=False)
     ours = ours["score" if case == "regression" else "logits"].numpy()
     assert _rel(ours, logits[:, 0] if case == "regression" else logits) <= TOL
-    again = cls.from_pretrained(str(folder), max_seq_length=48, **kw)  # the tokenizer from the folder
+    again = cls.from_pretrained(str(folder))  # the tokenizer and the task's arguments from the folder
+    assert again.max_seq_length == 48 and again.task_config() == model.task_config()
     assert _rel(again.predict(x, verbose=0), predicted) <= TOL
 
 
@@ -136,7 +137,7 @@ def test_question_answerer_huggingface_folder_round_trip(tmp_path):
     np.testing.assert_array_equal(ours["start_top_index"], out.start_top_index.numpy())
     assert _rel(np.exp(ours["start_top_log_probs"]), out.start_top_log_probs.numpy()) <= TOL
     assert _rel(ours["cls_logits"], out.cls_logits.numpy()) <= TOL
-    again = XLNetQuestionAnswerer.from_pretrained(str(folder), **kw)
+    again = XLNetQuestionAnswerer.from_pretrained(str(folder))
     back = again.predict((questions, contexts))
     assert list(back["answer_text"]) == list(answers["answer_text"])
     assert _rel(back["null_odds"], answers["null_odds"]) <= TOL
@@ -150,7 +151,7 @@ def test_own_folder_comes_back_whole_with_its_tokenizer(tmp_path):
     x = _sst2(5)
     model.save_pretrained(str(tmp_path / "own"))
     assert os.path.isfile(tmp_path / "own" / "spiece.model")
-    again = XLNetClassifier.from_pretrained(str(tmp_path / "own"), max_seq_length=48)
+    again = XLNetClassifier.from_pretrained(str(tmp_path / "own"))
     assert _rel(again.predict(x, verbose=0), model.predict(x, verbose=0)) <= TOL
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep me")

@@ -48,6 +48,7 @@ OWN_CONFIG = "xlnet_tf_config.json"
 SPIECE = "spiece.model"
 TOKENIZER_CONFIG = "tokenizer_config.json"
 TOKENIZER_JSON = "tokenizer.json"
+TASK_FILE = "xlnet_tf_task.json"  # a Keras task model's class and arguments (tasks/keras_task.py)
 SPECIAL_TOKENS_MAP = "special_tokens_map.json"
 # transformers' XLNetTokenizer's special tokens (the pieces of spiece.model: xlnet_tf/tokenizer.py's SPECIAL_PIECES)
 HF_SPECIAL_TOKENS = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "sep_token": "<sep>",
@@ -264,7 +265,7 @@ SAVE_FORMATS = ("own", "huggingface")
 
 # Every file save_pretrained writes, in either format: a directory holding anything else is not replaced.
 SAVED_FILES = {OWN_CONFIG, "xlnet_config.json", "checkpoint", HF_CONFIG, HF_WEIGHTS, SPIECE, TOKENIZER_CONFIG,
-               SPECIAL_TOKENS_MAP, TOKENIZER_JSON}
+               SPECIAL_TOKENS_MAP, TOKENIZER_JSON, TASK_FILE}
 
 
 def check_replaceable(directory: str) -> None:
@@ -312,14 +313,19 @@ def tokenizer_lower(folder: str) -> bool:
 
 
 def save_pretrained(model, directory: str, extra: Optional[Mapping[str, np.ndarray]] = None, format: str = "own",
-                    hf_head: Optional[HFHead] = None, tokenizer=None) -> None:
+                    hf_head: Optional[HFHead] = None, tokenizer=None, extra_files: Optional[Mapping] = None) -> None:
     """Writes ``directory`` atomically (a temp directory renamed over it once complete); an existing directory
     only when it holds nothing but what this function writes (``check_replaceable``).
 
     ``format="own"``: our format (``extra``: more tensors under original names, e.g. a fine-tuned head).
     ``format="huggingface"``: ``config.json`` + ``model.safetensors`` for transformers' PyTorch XLNet:
     ``XLNetLMHeadModel`` (and ``XLNetModel``) for a backbone, or ``hf_head``'s class for a fine-tuned model.
-    ``tokenizer`` (an ``XLNetTokenizer``): written beside the weights (``write_tokenizer``)."""
+    ``tokenizer`` (an ``XLNetTokenizer``): written beside the weights (``write_tokenizer``); ``extra_files``:
+    {name in ``SAVED_FILES``: JSON value} written too."""
+    bad = sorted(set(extra_files or ()) - SAVED_FILES)
+    if bad:
+        raise ValueError(f"extra_files: {bad} are not among the files save_pretrained writes "
+                         f"({sorted(SAVED_FILES)})")
     if format not in SAVE_FORMATS:
         raise ValueError(f"format: expected one of {SAVE_FORMATS}, got {format!r}")
     check_replaceable(directory)
@@ -334,10 +340,14 @@ def save_pretrained(model, directory: str, extra: Optional[Mapping[str, np.ndarr
             write_json(os.path.join(tmp, HF_CONFIG), config, indent=2, sort_keys=True)
             if tokenizer is not None:
                 write_tokenizer(tmp, tokenizer)
+            for name, value in (extra_files or {}).items():
+                write_json(os.path.join(tmp, name), value, indent=2, sort_keys=True)
         return
     with atomic_directory(directory) as tmp:
         if tokenizer is not None:
             write_tokenizer(tmp, tokenizer)
+        for name, value in (extra_files or {}).items():
+            write_json(os.path.join(tmp, name), value, indent=2, sort_keys=True)
         tensors = backbone_tensors(model)
         if extra:
             tensors.update(extra)

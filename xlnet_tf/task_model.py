@@ -212,17 +212,20 @@ class TaskModel(WrapsBackbone, keras.Model):
             out[name] = matches[0]
         return out
 
-    def save_pretrained(self, directory: str, format: str = "own", tokenizer=None) -> None:
+    def save_pretrained(self, directory: str, format: str = "own", tokenizer=None, extra_files=None) -> None:
         """Our format with the head's weights under their original names (an original fine-tuned checkpoint), or
         ``"huggingface"``: transformers' model with the same head (``XLNetForSequenceClassification``,
         ``XLNetForMultipleChoice``, ``XLNetForQuestionAnswering``); a head HF lacks raises ValueError naming it.
-        ``tokenizer`` (an ``XLNetTokenizer``): written beside the weights (``checkpoint.write_tokenizer``)."""
+        ``tokenizer`` (an ``XLNetTokenizer``): written beside the weights (``checkpoint.write_tokenizer``);
+        ``extra_files``: {name in ``checkpoint.SAVED_FILES``: JSON value} written with them."""
         if format == "huggingface":
             head = checkpoint.HFHead(self.head.huggingface_config(), self.head.huggingface_tensors())
-            checkpoint.save_pretrained(self.backbone, directory, format=format, hf_head=head, tokenizer=tokenizer)
+            checkpoint.save_pretrained(self.backbone, directory, format=format, hf_head=head, tokenizer=tokenizer,
+                                       extra_files=extra_files)
             return
         extra = {name: np.asarray(v.numpy()) for name, v in self.head_name_map().items()}
-        checkpoint.save_pretrained(self.backbone, directory, extra=extra, format=format, tokenizer=tokenizer)
+        checkpoint.save_pretrained(self.backbone, directory, extra=extra, format=format, tokenizer=tokenizer,
+                                   extra_files=extra_files)
 
 
 def _shape(reader, name):
