@@ -102,7 +102,8 @@ class XLNetTask(TaskModel):
         (a path or an ``XLNetTokenizer``), else ``spiece.model`` in the checkpoint's directory; ``lower`` None: the
         folder's ``tokenizer_config.json`` (``do_lower_case``), else cased. A folder ``save_pretrained`` wrote for
         this class gives the task's arguments it was built with (``TASK_FILE``: ``num_classes``, ``regression``,
-        ``max_seq_length``, ``head_options``, ...); the ones passed here win."""
+        ``max_seq_length``, ``head_options``, ...); an HF ``XLNetForSequenceClassification`` folder its number of
+        labels and ``problem_type``; the ones passed here win."""
         from xlnet_tf import presets
 
         path = presets.resolve(name_or_path, revision=revision, token=token, cache_dir=cache_dir,
@@ -110,7 +111,7 @@ class XLNetTask(TaskModel):
         fmt = checkpoint.detect_format(path)
         config = checkpoint.resolve_config(path, fmt, None, dict(config_overrides or {}))
         folder = path if os.path.isdir(path) else os.path.dirname(path)
-        saved = _saved_task(folder, cls)
+        saved = _saved_task(folder, cls) or (_hf_task(folder, cls) if fmt == "hf" else {})
         task_kwargs = dict(saved.get("task", {}), **task_kwargs)
         max_seq_length = max_seq_length or saved.get("max_seq_length", 128)
         head_options = saved.get("head_options") if head_options is None else head_options
@@ -435,6 +436,24 @@ def _saved_task(folder: str, cls) -> Dict[str, Any]:
     if not isinstance(saved, dict) or saved.get("class") != cls.__name__:
         return {}
     return saved
+
+
+def _hf_task(folder: str, cls) -> Dict[str, Any]:
+    """An HF ``XLNetForSequenceClassification`` folder's classes for a task model taking ``num_classes`` (as
+    transformers reads ``id2label`` / ``num_labels`` and ``problem_type``). (issue 69)"""
+    import inspect
+    import json
+
+    try:
+        with open(os.path.join(folder, checkpoint.HF_CONFIG), encoding="utf-8") as f:
+            hf = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    takes = inspect.signature(cls.__init__).parameters
+    if "XLNetForSequenceClassification" not in (hf.get("architectures") or []) or "num_classes" not in takes:
+        return {}
+    n = len(hf.get("id2label") or {}) or int(hf.get("num_labels", 2))
+    return {"task": {"num_classes": n, "regression": hf.get("problem_type") == "regression" or n == 1}}
 
 
 def _cardinality(ds: tf.data.Dataset) -> Optional[int]:

@@ -108,6 +108,15 @@ def test_huggingface_folder_loads_in_transformers_and_comes_back_with_its_head(c
     again = cls.from_pretrained(str(folder))  # the tokenizer and the task's arguments from the folder
     assert again.max_seq_length == 48 and again.task_config() == model.task_config()
     assert _rel(again.predict(x, verbose=0), predicted) <= TOL
+    if case != "race":  # a folder transformers wrote (no task file of ours): its classes from config.json
+        os.remove(folder / "xlnet_tf_task.json")
+        model_hf = transformers.XLNetForSequenceClassification.from_pretrained(str(folder))
+        model_hf.save_pretrained(str(tmp_path / "from_hf"), safe_serialization=True)
+        for name in ("spiece.model", "tokenizer_config.json"):
+            (tmp_path / "from_hf" / name).write_bytes((folder / name).read_bytes())
+        hf_made = cls.from_pretrained(str(tmp_path / "from_hf"), max_seq_length=48)
+        assert hf_made.task_config()["num_classes"] == model.task_config()["num_classes"]
+        assert _rel(hf_made.predict(x, verbose=0), predicted) <= TOL
 
 
 def test_question_answerer_huggingface_folder_round_trip(tmp_path):
