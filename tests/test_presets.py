@@ -147,14 +147,8 @@ def test_hf_repo_id_downloads_into_the_hub_cache_then_works_offline(hub, tiny_mo
 
 
 def test_hf_revision_and_pytorch_bin_when_no_safetensors(hub, tiny_model, tmp_path):
-    torch = pytest.importorskip("torch")
-    from xlnet_tf.hf_checkpoint import read_safetensors
-
-    buf = io.BytesIO()
-    torch.save({k: torch.from_numpy(v) for k, v in read_safetensors(str(tiny_model["hf"] / "model.safetensors")).items()},
-               buf)
     files = {k: v for k, v in folder_files(tiny_model["hf"]).items() if k != "model.safetensors"}
-    hub.repos[(REPO, SHA2)] = dict(files, **{"pytorch_model.bin": buf.getvalue()})
+    hub.repos[(REPO, SHA2)] = dict(files, **{"pytorch_model.bin": _torch_bin(tiny_model["hf"])})
     hub.repos[(REPO, SHA)] = {"config.json": b"{}"}
     hub.refs[(REPO, "main")] = SHA
     hub.refs[(REPO, "v1")] = SHA2
@@ -195,16 +189,30 @@ def test_a_local_path_wins_over_a_name(hub, tiny_model, tmp_path, monkeypatch):
     assert hub.requests == []
 
 
-def test_a_truncated_safetensors_download_fails_in_one_line_and_is_fetched_again(hub, tiny_model, tmp_path):
+def _torch_bin(hf_folder):
+    torch = pytest.importorskip("torch")
+    from xlnet_tf.hf_checkpoint import read_safetensors
+
+    buf = io.BytesIO()
+    torch.save({k: torch.from_numpy(v) for k, v in read_safetensors(str(hf_folder / "model.safetensors")).items()},
+               buf)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("weights", ["model.safetensors", "pytorch_model.bin"])
+def test_a_truncated_weights_download_fails_in_one_line_and_is_fetched_again(hub, tiny_model, tmp_path, weights):
     files = folder_files(tiny_model["hf"])
-    whole = files["model.safetensors"]
-    hub.repos[(REPO, SHA)] = dict(files, **{"model.safetensors": whole[: len(whole) // 2]})
+    if weights == "pytorch_model.bin":
+        files = dict({k: v for k, v in files.items() if k != "model.safetensors"}, **{weights: _torch_bin(
+            tiny_model["hf"])})
+    whole = files[weights]
+    hub.repos[(REPO, SHA)] = dict(files, **{weights: whole[: len(whole) // 2]})
     hub.refs[(REPO, "main")] = SHA
     cache = str(tmp_path)
     with pytest.raises(FileNotFoundError) as e:
         XLNetModel.from_pretrained(REPO, cache_dir=cache)
     msg = str(e.value)
-    assert "\n" not in msg and "model.safetensors downloaded damaged" in msg and "call again" in msg
+    assert "\n" not in msg and f"{weights} downloaded damaged" in msg and "call again" in msg
     hub.repos[(REPO, SHA)] = files  # the server now sends it whole: the next call fetches it again
     model = XLNetModel.from_pretrained(REPO, cache_dir=cache)
     np.testing.assert_allclose(outputs(model, tiny_model["ids"]), tiny_model["out"], atol=1e-6)

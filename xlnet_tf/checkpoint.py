@@ -25,7 +25,11 @@ class of its head (``XLNetForSequenceClassification`` with ``summary_proj_to_lab
 ``XLNetForMultipleChoice``, ``XLNetForQuestionAnswering``). Not representable, refused before any work: deeper
 head MLPs, the ``attn`` summary, and our ``mean`` summary (over real tokens; HF's averages the padding).
 ``tests/test_huggingface_export.py`` holds outputs and predictions equal (<= 1e-5 relative) through
-transformers' classes on SST-2, STS-B, RACE and SQuAD dev rows.
+transformers' classes on SST-2, STS-B, RACE and SQuAD dev rows. Given a tokenizer, both formats also hold
+``spiece.model`` and what transformers' ``AutoTokenizer`` reads (``write_tokenizer``); an HF folder's head is read
+back through the head's ``huggingface_weights`` (``TaskModel.load_init_checkpoint``), so what is saved comes back
+whole (``tests/test_pretrained_roundtrip.py``). Names (``xlnet/xlnet-base-cased``) become folders in
+``xlnet_tf/presets.py``, before any of this.
 """
 
 from __future__ import annotations
