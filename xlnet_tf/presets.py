@@ -22,6 +22,7 @@ the cache and what to do.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import glob
 import json
 import logging
@@ -162,12 +163,25 @@ def _check_hf_folder(where: str, folder: str, cache: str) -> None:
         raise NameNotFound(f"{where}: the repo has no config.json (cache {cache}); not a transformers XLNet repo")
     if not (_has_any(folder, HF_SAFETENSORS) or _has_any(folder, HF_TORCH)):
         raise NameNotFound(f"{where}: the repo has no model.safetensors or pytorch_model.bin (cache {cache})")
+    ours = HF_FILES + HF_SAFETENSORS + HF_TORCH  # (the snapshot may hold other files another program fetched)
     for path in sorted(glob.glob(os.path.join(folder, "*"))):
+        if not any(fnmatch.fnmatch(os.path.basename(path), p) for p in ours):
+            continue
+        if path.endswith(".bin") and _legacy_torch(path):
+            raise NameNotFound(f"{where}: {os.path.basename(path)} is in torch's legacy pickle format, which is not "
+                               f"read (it would mean unpickling downloaded code); pass a revision with "
+                               f"model.safetensors, or convert it once with transformers (cache {cache})")
         problem = _damage(path)
         if problem:
             _remove_cached(path)
             raise NameNotFound(f"{where}: {os.path.basename(path)} downloaded damaged ({problem}); removed from the "
                                f"cache {cache}: call again to download it again")
+
+
+def _legacy_torch(path: str) -> bool:
+    """torch.save's format before torch 1.6: a bare pickle stream (a magic number first), not a zip."""
+    with open(path, "rb") as f:
+        return not zipfile.is_zipfile(path) and f.read(2) == b"\x80\x02"
 
 
 def _damage(path: str) -> Optional[str]:
