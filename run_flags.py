@@ -236,11 +236,37 @@ def settle(fv: flags.FlagValues) -> None:
             except ValueError as e:
                 raise ValueError(f"--{name}={e}") from None
     path = fv["init_checkpoint"].value if "init_checkpoint" in fv else None
+    if path and not _looks_local(path):
+        path = resolve_init_checkpoint(fv, path)
     if path and "://" not in path and not os.path.isdir(path):
         folder, prefix = os.path.split(os.path.abspath(path))
         if not (os.path.isdir(folder) and any(n.startswith(prefix) for n in os.listdir(folder))):
             raise ValueError(f"--init_checkpoint={path}: no such checkpoint (expected a directory or a checkpoint "
                              f"prefix such as DIR/xlnet_model.ckpt)")
+
+
+def _looks_local(path: str) -> bool:
+    """A path the user means (it exists, is a checkpoint prefix, or is written as a path: ./x, /x, ~/x, x.ckpt)."""
+    from xlnet_tf import presets
+
+    return presets.is_local(path) or path.startswith((".", os.sep, "~")) or ".ckpt" in path
+
+
+def resolve_init_checkpoint(fv: flags.FlagValues, name: str) -> str:
+    """``--init_checkpoint=NAME`` (``xlnet_tf.presets``: a HuggingFace repo id or a release name): the local folder
+    it resolves to, which also gives ``--spiece_model_file`` where that flag is not set (``--model_config_path``
+    unset already reads the checkpoint's config). A name that cannot be had: one line naming it."""
+    from xlnet_tf import presets
+
+    try:
+        folder = presets.resolve(name)
+    except (FileNotFoundError, ValueError) as e:
+        raise ValueError(f"--init_checkpoint={e}") from None
+    fv.init_checkpoint = folder
+    spiece = os.path.join(folder, "spiece.model")
+    if "spiece_model_file" in fv and not fv["spiece_model_file"].value and os.path.isfile(spiece):
+        fv.spiece_model_file = spiece
+    return folder
 
 
 def check_writable_dir(name: str, path: str) -> None:

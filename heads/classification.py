@@ -10,10 +10,9 @@ Original names: ``model/sequnece_summary/summary/{kernel,bias}`` and
 
 from __future__ import annotations
 
-from typing import Dict, Sequence
+from typing import Dict, Sequence, Tuple
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from xlnet_tf.heads import DEFAULT_SUMMARY
@@ -104,8 +103,8 @@ class ClassificationHead(Head):
                     id2label={str(i): n for i, n in enumerate(labels)}, label2id={n: i for i, n in enumerate(labels)},
                     problem_type="regression" if self.regression else "single_label_classification")
 
-    def huggingface_tensors(self) -> Dict[str, np.ndarray]:
-        return dict(self.summary.huggingface_tensors(), **hf_linear("logits_proj", self.logit))
+    def huggingface_weights(self) -> Dict[str, Tuple[object, bool]]:
+        return dict(self.summary.huggingface_weights(), **hf_linear("logits_proj", self.logit))
 
     def get_config(self):
         config = super().get_config()

@@ -11,10 +11,9 @@ Original checkpoint names: ``model/sequnece_summary/summary/{kernel,bias}`` and 
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from xlnet_tf.heads import DEFAULT_SUMMARY
@@ -78,8 +77,8 @@ class MultipleChoiceHead(Head):
         """``XLNetForMultipleChoice``: summary -> ``logits_proj`` (one score per option)."""
         return dict(self.summary.huggingface_config(), architectures=["XLNetForMultipleChoice"])
 
-    def huggingface_tensors(self) -> Dict[str, np.ndarray]:
-        return dict(self.summary.huggingface_tensors(), **hf_linear("logits_proj", self.logits_dense))
+    def huggingface_weights(self) -> Dict[str, Tuple[object, bool]]:
+        return dict(self.summary.huggingface_weights(), **hf_linear("logits_proj", self.logits_dense))
 
     def get_config(self):
         config = super().get_config()

@@ -17,10 +17,9 @@ deeper (then there is no original checkpoint to load); empty = the original head
 
 from __future__ import annotations
 
-from typing import Dict, Sequence
+from typing import Dict, Sequence, Tuple
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from xlnet_tf.head import Head, hf_layer_norm, hf_linear
@@ -222,7 +221,7 @@ class SquadHead(Head):
         return {"architectures": ["XLNetForQuestionAnswering"], "start_n_top": self.start_n_top,
                 "end_n_top": self.end_n_top, "layer_norm_eps": self.layer_norm_eps}
 
-    def huggingface_tensors(self) -> Dict[str, np.ndarray]:
+    def huggingface_weights(self) -> Dict[str, Tuple[object, bool]]:
         (end_dense, end_ln), = self.end_mlp
         return {**hf_linear("start_logits.dense", self.start_out), **hf_linear("end_logits.dense_0", end_dense),
                 **hf_layer_norm("end_logits.LayerNorm", end_ln), **hf_linear("end_logits.dense_1", self.end_out),

@@ -15,10 +15,9 @@ Original checkpoint names live under ``model/sequnece_summary/`` (sic), see :met
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from xlnet_tf.heads import DEFAULT_SUMMARY, SUMMARY_TYPES
@@ -133,7 +132,7 @@ class SequenceSummary(keras.layers.Layer):
                 "summary_proj_to_labels": False, "summary_activation": "tanh" if self.use_proj else None,
                 "summary_first_dropout": 0.0, "summary_last_dropout": self.dropout_rate}
 
-    def huggingface_tensors(self, prefix: str = "sequence_summary") -> Dict[str, np.ndarray]:
+    def huggingface_weights(self, prefix: str = "sequence_summary") -> Dict[str, Tuple[object, bool]]:
         return hf_linear(f"{prefix}.summary", self.proj) if self.proj is not None else {}
 
     def get_config(self):

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
+import json
 import logging
 import os
 import random
@@ -49,6 +51,7 @@ SPIECE = "spiece.model"
 AUTO = "auto"
 EXPORT_FORMATS = ("tf_saved_model",)  # Keras' names of the formats ``export`` writes
 SAMPLE_WEIGHT = "sample_weight"  # a batch's per-example loss weights travel beside its features under this key
+TASK_FILE = checkpoint.TASK_FILE  # the Keras task model's class and arguments, beside its save_pretrained weights
 
 
 @contextlib.contextmanager
@@ -73,6 +76,7 @@ def _is_text(x) -> bool:
     if isinstance(x, np.ndarray):
         return x.dtype.kind in "US" or (x.dtype == object and x.size > 0 and isinstance(x.flat[0], (str, bytes)))
     return isinstance(x, (tf.Tensor, tf.RaggedTensor)) and x.dtype == tf.string
+
 
 
 class _Tokenizers:
@@ -118,24 +122,54 @@ class XLNetTask(TaskModel):
             self.build_with(self.dummy_features())
 
     # ------------------------------------------------------------------ construction
+    # (issue 69: names, revision/token/cache_dir/local_files_only, ignore_mismatched_sizes, save_pretrained)
     @classmethod
-    def from_pretrained(cls, path: str, tokenizer=None, lower: bool = False, max_seq_length: int = 128,
-                        seed: int = TrainConfig.seed, head_options: Optional[Dict[str, Any]] = None,
-                        config_overrides=None, **task_kwargs):
-        """Reads every format ``XLNetModel.from_pretrained`` reads (original TF1, HuggingFace, ours) and the head
-        when the checkpoint holds it (an original fine-tuned checkpoint, or ``save_pretrained``'s). The tokenizer:
-        ``tokenizer`` (a path or an ``XLNetTokenizer``), else ``spiece.model`` in the checkpoint's directory."""
+    def from_pretrained(cls, name_or_path: str, tokenizer=None, lower: Optional[bool] = None,
+                        max_seq_length: Optional[int] = None, seed: int = TrainConfig.seed,
+                        head_options: Optional[Dict[str, Any]] = None, config_overrides=None, *, revision=None,
+                        token=None, cache_dir=None, local_files_only=None, ignore_mismatched_sizes: bool = False,
+                        **task_kwargs):
+        """Reads every format ``XLNetModel.from_pretrained`` reads (original TF1, HuggingFace, ours), from a path or
+        a model name (``xlnet_tf.presets``: ``revision``, ``token``, ``cache_dir``, ``local_files_only``), and the
+        head when the checkpoint holds it (an original fine-tuned checkpoint, an HF ``XLNetFor...`` folder, or
+        ``save_pretrained``'s); a head that does not fit is refused in one line, or re-initialised with a warning
+        under ``ignore_mismatched_sizes=True`` (``TaskModel.load_init_checkpoint``). The tokenizer: ``tokenizer``
+        (a path or an ``XLNetTokenizer``), else ``spiece.model`` in the checkpoint's directory; ``lower`` None: the
+        folder's ``tokenizer_config.json`` (``do_lower_case``), else cased. A folder ``save_pretrained`` wrote for
+        this class gives the task's arguments it was built with (``TASK_FILE``: ``num_classes``, ``regression``,
+        ``max_seq_length``, ``head_options``, ...); an HF ``XLNetForSequenceClassification`` folder its number of
+        labels and ``problem_type``; the ones passed here win."""
+        from xlnet_tf import presets
+
+        path = presets.resolve(name_or_path, revision=revision, token=token, cache_dir=cache_dir,
+                               local_files_only=local_files_only)
         fmt = checkpoint.detect_format(path)
         config = checkpoint.resolve_config(path, fmt, None, dict(config_overrides or {}))
+        folder = path if os.path.isdir(path) else os.path.dirname(path)
+        saved = _saved_task(folder, cls) or (_hf_task(folder, cls) if fmt == "hf" else {})
+        task_kwargs = dict(saved.get("task", {}), **task_kwargs)
+        max_seq_length = max_seq_length or saved.get("max_seq_length", 128)
+        head_options = saved.get("head_options") if head_options is None else head_options
+        if lower is None:
+            lower = checkpoint.tokenizer_lower(folder)
         if tokenizer is None:
-            folder = path if os.path.isdir(path) else os.path.dirname(path)
             tokenizer = os.path.join(folder, SPIECE)
             if not os.path.isfile(tokenizer):
                 raise FileNotFoundError(f"{path}: no {SPIECE} beside the checkpoint; pass tokenizer=PATH/{SPIECE}")
         model = cls(config, tokenizer=tokenizer, lower=lower, max_seq_length=max_seq_length, seed=seed,
                     pretrained=True, head_options=head_options, **task_kwargs)
-        model.load_init_checkpoint(path)
+        model.load_init_checkpoint(path, ignore_mismatched_sizes=ignore_mismatched_sizes)
         return model
+
+    def save_pretrained(self, directory: str, format: str = "own") -> None:
+        """``TaskModel.save_pretrained`` with the tokenizer (``spiece.model`` in both formats, and in the HF one the
+        files with which transformers' ``AutoTokenizer`` builds the same tokenizer) and the task's arguments
+        (``TASK_FILE``), so ``from_pretrained(directory)`` reads the model back whole, its head included."""
+        task = {"class": type(self).__name__, "max_seq_length": self.max_seq_length,
+                "head_options": self.head_options, "task": self.task_config()}
+        super().save_pretrained(directory, format=format, tokenizer=self._tok.python if self._tok else None,
+                                extra_files={TASK_FILE: task})
+    # (end of issue 69's part)
 
     def set_tokenizer(self, tokenizer, lower: Optional[bool] = None) -> None:
         """A SentencePiece model path or an ``XLNetTokenizer`` (its ``lower`` wins)."""
@@ -596,6 +630,33 @@ def _no_rows(x) -> bool:
         return len(first) == 0
     except TypeError:
         return False
+
+
+def _saved_task(folder: str, cls) -> Dict[str, Any]:
+    """``TASK_FILE`` in ``folder`` when ``save_pretrained`` wrote it for ``cls`` (another class's: {}). (issue 69)"""
+    try:
+        with open(os.path.join(folder, TASK_FILE), encoding="utf-8") as f:
+            saved = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(saved, dict) or saved.get("class") != cls.__name__:
+        return {}
+    return saved
+
+
+def _hf_task(folder: str, cls) -> Dict[str, Any]:
+    """An HF ``XLNetForSequenceClassification`` folder's classes for a task model taking ``num_classes`` (as
+    transformers reads ``id2label`` / ``num_labels`` and ``problem_type``). (issue 69)"""
+    try:
+        with open(os.path.join(folder, checkpoint.HF_CONFIG), encoding="utf-8") as f:
+            hf = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    takes = inspect.signature(cls.__init__).parameters
+    if "XLNetForSequenceClassification" not in (hf.get("architectures") or []) or "num_classes" not in takes:
+        return {}
+    n = len(hf.get("id2label") or {}) or int(hf.get("num_labels", 2))
+    return {"task": {"num_classes": n, "regression": hf.get("problem_type") == "regression" or n == 1}}
 
 
 def _cardinality(ds: tf.data.Dataset) -> Optional[int]:

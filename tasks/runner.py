@@ -233,7 +233,8 @@ def run(task: TaskSpec, plan: Plan, config, train_config, strategy=None, init_ch
     if plan.export_dir:
         task.export(ft.model_for_inference(plan.model_dir, precision=plan.export_precision), plan.export_dir)
     if plan.export_huggingface:
-        ft.model_for_inference(plan.model_dir).save_pretrained(plan.export_huggingface, format="huggingface")
+        ft.model_for_inference(plan.model_dir).save_pretrained(plan.export_huggingface, format="huggingface",
+                                                               tokenizer=getattr(task.options, "tokenizer", None))
         log.info("HuggingFace model: %s", plan.export_huggingface)
 
 

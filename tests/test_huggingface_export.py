@@ -274,6 +274,7 @@ def test_run_classifier_export_huggingface_gives_the_runs_predictions(sst2_run, 
     later = tmp_path / "hf_later"
     export_only = [a for a in sst2_run.args if not a.startswith(("--do_", "--export_"))]
     succeeds(run_classifier, *export_only, f"--export_huggingface={later}")
+    assert {"spiece.model", "tokenizer_config.json", "tokenizer.json"} <= set(os.listdir(later))  # the run's tokenizer
     first, second = (read_safetensors(str(d / "model.safetensors")) for d in (export, later))
     assert sorted(first) == sorted(second)
     for k in first:

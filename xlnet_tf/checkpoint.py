@@ -25,26 +25,41 @@ class of its head (``XLNetForSequenceClassification`` with ``summary_proj_to_lab
 ``XLNetForMultipleChoice``, ``XLNetForQuestionAnswering``). Not representable, refused before any work: deeper
 head MLPs, the ``attn`` summary, and our ``mean`` summary (over real tokens; HF's averages the padding).
 ``tests/test_huggingface_export.py`` holds outputs and predictions equal (<= 1e-5 relative) through
-transformers' classes on SST-2, STS-B, RACE and SQuAD dev rows.
+transformers' classes on SST-2, STS-B, RACE and SQuAD dev rows. Given a tokenizer, both formats also hold
+``spiece.model`` and what transformers' ``AutoTokenizer`` reads (``write_tokenizer``); an HF folder's head is read
+back through the head's ``huggingface_weights`` (``TaskModel.load_init_checkpoint``), so what is saved comes back
+whole (``tests/test_pretrained_roundtrip.py``). Names (``xlnet/xlnet-base-cased``) become folders in
+``xlnet_tf/presets.py``, before any of this.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import shutil
 from collections import OrderedDict
 from typing import List, Mapping, Optional, Tuple
 
 import numpy as np
 
 from xlnet_tf.config import XLNetConfig, describe_activation
-from xlnet_tf.fileutil import Written, atomic_directory, write_json
+from xlnet_tf.fileutil import Written, atomic_directory, check_replaceable, write_json
 from xlnet_tf.hf_checkpoint import (HF_CONFIG, HF_WEIGHTS, HFHead, HFReader, hf_config, hf_key, hf_key_map, hf_layout,
-                                    write_safetensors)
+                                    hf_tokenizer_json, write_safetensors)
 from xlnet_tf.tf_checkpoint import (CKPT_NAME, PREFIX, CheckpointError, TFCheckpointReader, find_tf_checkpoint,
                                     write_tf_checkpoint)
 
 OWN_CONFIG = "xlnet_tf_config.json"
+SPIECE = "spiece.model"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+TOKENIZER_JSON = "tokenizer.json"
+TASK_FILE = "xlnet_tf_task.json"  # a Keras task model's class and arguments (tasks/keras_task.py)
+SPECIAL_TOKENS_MAP = "special_tokens_map.json"
+# transformers' XLNetTokenizer's special tokens (the pieces of spiece.model: xlnet_tf/tokenizer.py's SPECIAL_PIECES)
+HF_SPECIAL_TOKENS = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "sep_token": "<sep>",
+                     "pad_token": "<pad>", "cls_token": "<cls>", "mask_token": "<mask>",
+                     "additional_special_tokens": ["<eop>", "<eod>"]}
 
 log = logging.getLogger(__name__)
 
@@ -254,21 +269,59 @@ def hf_backbone_tensors(model) -> "OrderedDict[str, np.ndarray]":
 SAVE_FORMATS = ("own", "huggingface")
 
 
-# What each save_pretrained format writes: only an earlier such directory (or an empty one) is replaced.
+# What each save_pretrained format writes (fileutil.Written): only an earlier such directory, or an empty one, is
+# replaced. Both hold the tokenizer and the task's arguments when they have them.
+_BESIDE = {SPIECE, TOKENIZER_CONFIG, SPECIAL_TOKENS_MAP, TOKENIZER_JSON, TASK_FILE}
+EXTRA_FILES = {TASK_FILE}  # what save_pretrained's extra_files may name
 OWN_WRITTEN = Written("xlnet_tf checkpoint", marks={OWN_CONFIG, "checkpoint", CKPT_NAME + ".index"},
-                      names={CKPT_NAME + ".data-00000-of-00001", "xlnet_config.json"})
-HF_WRITTEN = Written("HuggingFace export", marks={HF_CONFIG, HF_WEIGHTS}, names=set())
+                      names={CKPT_NAME + ".data-00000-of-00001", "xlnet_config.json"} | _BESIDE)
+HF_WRITTEN = Written("HuggingFace export", marks={HF_CONFIG, HF_WEIGHTS}, names=_BESIDE)
+
+
+def write_tokenizer(folder: str, tokenizer) -> None:
+    """``spiece.model`` and the files with which transformers' ``AutoTokenizer`` builds the same XLNet tokenizer
+    (``tokenizer_config.json``, ``special_tokens_map.json``, and ``tokenizer.json`` for its default fast tokenizer:
+    ``hf_checkpoint.hf_tokenizer_json``; ``do_lower_case`` is read back by ``tokenizer_lower``)."""
+    shutil.copyfile(tokenizer.spiece_model_file, os.path.join(folder, SPIECE))
+    specials = dict(HF_SPECIAL_TOKENS)
+    write_json(os.path.join(folder, SPECIAL_TOKENS_MAP), specials, indent=2, sort_keys=True)
+    write_json(os.path.join(folder, TOKENIZER_CONFIG),
+               dict(specials, tokenizer_class="XLNetTokenizer", do_lower_case=bool(tokenizer.lower),
+                    remove_space=bool(tokenizer.remove_space), keep_accents=bool(tokenizer.keep_accents),
+                    padding_side="left", model_max_length=1000000000000000019884624838656),
+               indent=2, sort_keys=True)
+    write_json(os.path.join(folder, TOKENIZER_JSON),
+               hf_tokenizer_json(tokenizer.spiece_model_file, tokenizer.lower, tokenizer.remove_space,
+                                 tokenizer.keep_accents))
+
+
+def tokenizer_lower(folder: str) -> bool:
+    """``do_lower_case`` of the ``tokenizer_config.json`` in ``folder`` (False without one)."""
+    try:
+        with open(os.path.join(folder, TOKENIZER_CONFIG), encoding="utf-8") as f:
+            return bool(json.load(f).get("do_lower_case", False))
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def save_pretrained(model, directory: str, extra: Optional[Mapping[str, np.ndarray]] = None, format: str = "own",
-                    hf_head: Optional[HFHead] = None) -> None:
-    """Writes ``directory`` atomically (a temp directory renamed over it once complete).
+                    hf_head: Optional[HFHead] = None, tokenizer=None, extra_files: Optional[Mapping] = None) -> None:
+    """Writes ``directory`` atomically (a temp directory renamed over it once complete); an existing directory
+    only when it is empty or an earlier one of the same format (``OWN_WRITTEN`` / ``HF_WRITTEN``, refused in one
+    line before any work otherwise).
 
     ``format="own"``: our format (``extra``: more tensors under original names, e.g. a fine-tuned head).
     ``format="huggingface"``: ``config.json`` + ``model.safetensors`` for transformers' PyTorch XLNet:
-    ``XLNetLMHeadModel`` (and ``XLNetModel``) for a backbone, or ``hf_head``'s class for a fine-tuned model."""
+    ``XLNetLMHeadModel`` (and ``XLNetModel``) for a backbone, or ``hf_head``'s class for a fine-tuned model.
+    ``tokenizer`` (an ``XLNetTokenizer``): written beside the weights (``write_tokenizer``); ``extra_files``:
+    {name in ``EXTRA_FILES``: JSON value} written too."""
+    bad = sorted(set(extra_files or ()) - EXTRA_FILES)
+    if bad:
+        raise ValueError(f"extra_files: {bad} are not among the files save_pretrained writes "
+                         f"({sorted(EXTRA_FILES)})")
     if format not in SAVE_FORMATS:
         raise ValueError(f"format: expected one of {SAVE_FORMATS}, got {format!r}")
+    check_replaceable(directory, HF_WRITTEN if format == "huggingface" else OWN_WRITTEN)
     if format == "huggingface":
         config = hf_config(model.config, hf_head)  # checked before anything is written
         tensors = hf_backbone_tensors(model)
@@ -278,8 +331,16 @@ def save_pretrained(model, directory: str, extra: Optional[Mapping[str, np.ndarr
         with atomic_directory(directory, HF_WRITTEN) as tmp:
             write_safetensors(os.path.join(tmp, HF_WEIGHTS), tensors)
             write_json(os.path.join(tmp, HF_CONFIG), config, indent=2, sort_keys=True)
+            if tokenizer is not None:
+                write_tokenizer(tmp, tokenizer)
+            for name, value in (extra_files or {}).items():
+                write_json(os.path.join(tmp, name), value, indent=2, sort_keys=True)
         return
     with atomic_directory(directory, OWN_WRITTEN) as tmp:
+        if tokenizer is not None:
+            write_tokenizer(tmp, tokenizer)
+        for name, value in (extra_files or {}).items():
+            write_json(os.path.join(tmp, name), value, indent=2, sort_keys=True)
         tensors = backbone_tensors(model)
         if extra:
             tensors.update(extra)

@@ -9,7 +9,8 @@ A head is a Keras layer called on the backbone's outputs and the batch's feature
     head.original_names()               -> {our variable path suffix: original TF1 checkpoint name}
     head.huggingface_config()           -> transformers' config fields of the same head (its class under
                                            "architectures"), or a ValueError naming what HF lacks
-    head.huggingface_tensors()          -> {HF key: array} of the head's weights
+    head.huggingface_weights()          -> {HF key: (variable, transposed)} of the head's weights
+    head.huggingface_tensors()          -> {HF key: array} of the head's weights (from huggingface_weights)
     HeadClass.size(config, **args)      -> xlnet_tf.ram.HeadSize: the weights and kept activations of the head
                                            ``HeadClass(**args)`` would build, for the RAM estimate (no layer made)
 
@@ -19,7 +20,7 @@ Losses are computed in float32 whatever the compute dtype.
 
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Tuple
 
 import keras
 import numpy as np
@@ -58,20 +59,26 @@ class Head(keras.layers.Layer):
         weights, so a run can refuse before training."""
         raise ValueError(f"{type(self).__name__}: HuggingFace's XLNet has no such head")
 
-    def huggingface_tensors(self) -> Dict[str, np.ndarray]:
-        """{HF state-dict key: float32 array} of this head's weights."""
+    def huggingface_weights(self) -> Dict[str, Tuple[object, bool]]:
+        """{HF state-dict key: (variable, transposed)} of this head's weights: the export reads them, loading an HF
+        directory assigns them (``hf_linear``, ``hf_layer_norm``)."""
         raise ValueError(f"{type(self).__name__}: HuggingFace's XLNet has no such head")
 
+    def huggingface_tensors(self) -> Dict[str, np.ndarray]:
+        """{HF state-dict key: float32 array} of this head's weights."""
+        return {k: (np.asarray(v.numpy()).T if t else np.asarray(v.numpy()))
+                for k, (v, t) in self.huggingface_weights().items()}
 
-def hf_linear(prefix: str, dense) -> Dict[str, np.ndarray]:
-    """A Keras Dense as torch's Linear (``weight`` [out, in]; ``bias`` where it has one)."""
-    out = {f"{prefix}.weight": np.asarray(dense.kernel.numpy()).T}
+
+def hf_linear(prefix: str, dense) -> Dict[str, Tuple[object, bool]]:
+    """A Keras Dense as torch's Linear: {HF key: (variable, transposed)} (``weight`` [out, in]; ``bias`` where it
+    has one)."""
+    out = {f"{prefix}.weight": (dense.kernel, True)}
     if dense.use_bias:
-        out[f"{prefix}.bias"] = np.asarray(dense.bias.numpy())
+        out[f"{prefix}.bias"] = (dense.bias, False)
     return out
 
 
-def hf_layer_norm(prefix: str, layer_norm) -> Dict[str, np.ndarray]:
-    """A Keras LayerNormalization as torch's LayerNorm."""
-    return {f"{prefix}.weight": np.asarray(layer_norm.gamma.numpy()),
-            f"{prefix}.bias": np.asarray(layer_norm.beta.numpy())}
+def hf_layer_norm(prefix: str, layer_norm) -> Dict[str, Tuple[object, bool]]:
+    """A Keras LayerNormalization as torch's LayerNorm: {HF key: (variable, transposed)}."""
+    return {f"{prefix}.weight": (layer_norm.gamma, False), f"{prefix}.bias": (layer_norm.beta, False)}

@@ -248,11 +248,19 @@ class XLNetModel(keras.Model):
 
     # ------------------------------------------------------------------ checkpoints
     @classmethod
-    def from_pretrained(cls, path: str, config: Optional[XLNetConfig] = None, **overrides) -> "XLNetModel":
-        """Loads an original TF1 checkpoint, a HuggingFace directory or our own format (see checkpoint.py)."""
+    def from_pretrained(cls, name_or_path: str, config: Optional[XLNetConfig] = None, *, revision=None, token=None,
+                        cache_dir=None, local_files_only=None, **overrides) -> "XLNetModel":
+        """Loads an original TF1 checkpoint, a HuggingFace directory or our own format (see checkpoint.py), from a
+        path or a model name (``xlnet/xlnet-base-cased``, ``xlnet_cased_L-12_H-768_A-12``: ``xlnet_tf.presets``,
+        which takes ``revision``, ``token``, ``cache_dir`` and ``local_files_only``)."""
+        from xlnet_tf import presets
+
+        path = presets.resolve(name_or_path, revision=revision, token=token, cache_dir=cache_dir,
+                               local_files_only=local_files_only)
         return checkpoint.load_pretrained(cls, path, config=config, **overrides)
 
-    def save_pretrained(self, directory: str, format: str = "own") -> None:
+    def save_pretrained(self, directory: str, format: str = "own", tokenizer=None) -> None:
         """Our format (``"own"``), or ``"huggingface"``: config.json + model.safetensors for transformers'
-        ``XLNetLMHeadModel`` / ``XLNetModel`` (see checkpoint.py)."""
-        checkpoint.save_pretrained(self, directory, format=format)
+        ``XLNetLMHeadModel`` / ``XLNetModel`` (see checkpoint.py); ``tokenizer`` (an ``XLNetTokenizer``): its
+        ``spiece.model`` and, in the HF format, transformers' tokenizer files beside the weights."""
+        checkpoint.save_pretrained(self, directory, format=format, tokenizer=tokenizer)

@@ -126,9 +126,16 @@ class TaskModel(WrapsBackbone, keras.Model):
         self(features, training=False)
 
     # ------------------------------------------------------------------ initial checkpoints
-    def load_init_checkpoint(self, path: str) -> Dict[str, int]:
+    def load_init_checkpoint(self, path: str, ignore_mismatched_sizes: bool = False) -> Dict[str, int]:
         """Loads the backbone strictly from an original / HF / own checkpoint, and the head's weights when the
-        checkpoint holds them under the original fine-tuned names (or ours). Returns counts for logging."""
+        checkpoint holds them (original fine-tuned names or ours; an HF directory's ``XLNetFor...`` head). Returns
+        counts for logging.
+
+        A head that does not fit the checkpoint (a weight of another shape: ``num_classes``, ``regression``; or a
+        head the checkpoint holds only part of, such as another task's logits) is one rule for every task:
+        refused in one line naming the variable and both shapes, or, with ``ignore_mismatched_sizes=True``
+        (transformers' name), re-initialised with a warning. A checkpoint without head weights (a pretrained
+        backbone) gives a new head."""
         fmt = checkpoint.detect_format(path)
         # A checkpoint without a config beside it (an original prefix) is read with the model's own config
         # (the caller's); the shapes are checked either way.
@@ -141,19 +148,58 @@ class TaskModel(WrapsBackbone, keras.Model):
                 f"{path}: checkpoint config differs from the model config in "
                 + ", ".join(f"{k} (model {a!r}, checkpoint {b!r})" for k, (a, b) in diffs.items()))
         reader = checkpoint.load_backbone_weights(self.backbone, path, fmt)
-        loaded = 0
-        if fmt != "hf":
-            for name, var in self.head_name_map().items():
-                value = reader.get(name)
-                if value is None:
-                    continue
-                if tuple(value.shape) != tuple(var.shape):
-                    raise checkpoint.CheckpointError(f"{path}: {name}: expected shape {list(var.shape)}, "
-                                                     f"found {list(value.shape)}")
-                var.assign(value)
-                loaded += 1
+        # (checkpoint name, variable, transposed, stored shape, read) of every head weight
+        if fmt == "hf":
+            try:
+                weights = self.head.huggingface_weights()
+            except ValueError as e:  # a head HF has no form of: nothing of it can be in an HF directory
+                weights = {}
+                if reader.head_keys():
+                    log.warning("%s: its head weights (%s) are not read: %s", path, ", ".join(reader.head_keys()), e)
+            entries = [(k, v, t, reader.head_shape(k), lambda k=k: reader.head_get(k))
+                       for k, (v, t) in weights.items()]
+            others = [k for k in reader.head_keys() if k not in weights]
+        else:
+            entries = [(n, v, False, reader.shape(n), lambda n=n: reader.get(n))
+                       for n, v in self.head_name_map().items()]
+            others = _other_head_names(reader, entries)
+        loaded = self._load_head(path, entries, others, reader, ignore_mismatched_sizes)
         log.info("loaded backbone from %s (%s) and %d head variables", path, fmt, loaded)
         return {"head_variables_loaded": loaded}
+
+    def _load_head(self, path, entries, others, reader, ignore: bool) -> int:
+        """Assigns the head's weights found in the checkpoint (the rule: ``load_init_checkpoint``'s docstring)."""
+        present = [e for e in entries if e[3] is not None]
+        if not present and others:  # another kind of head (transformers' "unexpected keys"): this one starts new
+            log.warning("%s: the checkpoint's head weights (%s%s) are not this model's head: its head is new",
+                        path, ", ".join(others[:3]), ", ..." if len(others) > 3 else "")
+        mismatched = []
+        for name, var, transposed, shape, _ in entries:
+            expected = tuple(var.shape)
+            if shape is not None:
+                stored = tuple(shape)[::-1] if transposed else tuple(shape)
+                if stored != expected:
+                    mismatched.append(f"{name}: expected shape {list(expected)}, found {list(stored)}")
+            elif present:  # the checkpoint holds a head, but not this weight of it
+                near = [o for o in others if o.split("/")[-2:] == name.split("/")[-2:]]
+                held = f"; it holds {near[0]} {list(_shape(reader, near[0]))}" if near else ""
+                mismatched.append(f"{name}: expected shape {list(expected)}, found none in the checkpoint{held}")
+        if mismatched and not ignore:
+            raise checkpoint.CheckpointError(
+                f"{path}: the head does not fit the checkpoint: {mismatched[0]}"
+                + (f" (and {len(mismatched) - 1} more)" if len(mismatched) > 1 else "")
+                + "; pass ignore_mismatched_sizes=True to re-initialise it")
+        loaded = 0
+        bad = {m.split(":")[0] for m in mismatched}
+        for m in mismatched:
+            log.warning("%s: re-initialised (ignore_mismatched_sizes=True): %s", path, m)
+        for name, var, transposed, shape, read in entries:
+            if shape is None or name in bad:
+                continue
+            value = np.asarray(read())
+            var.assign(value.T if transposed else value)
+            loaded += 1
+        return loaded
 
     def head_name_map(self) -> Dict[str, object]:
         """Original checkpoint name -> head variable, matched by the suffix of each variable's path."""
@@ -166,13 +212,31 @@ class TaskModel(WrapsBackbone, keras.Model):
             out[name] = matches[0]
         return out
 
-    def save_pretrained(self, directory: str, format: str = "own") -> None:
+    def save_pretrained(self, directory: str, format: str = "own", tokenizer=None, extra_files=None) -> None:
         """Our format with the head's weights under their original names (an original fine-tuned checkpoint), or
         ``"huggingface"``: transformers' model with the same head (``XLNetForSequenceClassification``,
-        ``XLNetForMultipleChoice``, ``XLNetForQuestionAnswering``); a head HF lacks raises ValueError naming it."""
+        ``XLNetForMultipleChoice``, ``XLNetForQuestionAnswering``); a head HF lacks raises ValueError naming it.
+        ``tokenizer`` (an ``XLNetTokenizer``): written beside the weights (``checkpoint.write_tokenizer``);
+        ``extra_files``: {name in ``checkpoint.EXTRA_FILES``: JSON value} written with them."""
         if format == "huggingface":
             head = checkpoint.HFHead(self.head.huggingface_config(), self.head.huggingface_tensors())
-            checkpoint.save_pretrained(self.backbone, directory, format=format, hf_head=head)
+            checkpoint.save_pretrained(self.backbone, directory, format=format, hf_head=head, tokenizer=tokenizer,
+                                       extra_files=extra_files)
             return
         extra = {name: np.asarray(v.numpy()) for name, v in self.head_name_map().items()}
-        checkpoint.save_pretrained(self.backbone, directory, extra=extra, format=format)
+        checkpoint.save_pretrained(self.backbone, directory, extra=extra, format=format, tokenizer=tokenizer,
+                                   extra_files=extra_files)
+
+
+def _shape(reader, name):
+    return reader.shape(name) or ()
+
+
+def _other_head_names(reader, entries):
+    """The checkpoint's names outside the backbone that this head does not read (another task's head)."""
+    names = getattr(reader, "names", None)
+    if names is None:
+        return []
+    ours = {e[0] for e in entries}
+    return [n for n in names() if n not in ours and not n.startswith(checkpoint.PREFIX) and n != "global_step"
+            and not n.startswith("model/lm_loss/")]
