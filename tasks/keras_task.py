@@ -26,6 +26,7 @@ import dataclasses
 import logging
 import os
 import random
+import tempfile
 from typing import Any, Dict, Optional
 
 import keras
@@ -139,8 +140,6 @@ class XLNetTask(TaskModel):
 
     def set_tokenizer(self, tokenizer, lower: Optional[bool] = None) -> None:
         """A SentencePiece model path or an ``XLNetTokenizer`` (its ``lower`` wins)."""
-        import tempfile
-
         if isinstance(tokenizer, XLNetTokenizer):
             lower, tokenizer = tokenizer.lower, tokenizer.spiece_model_file
         self.lower = self.lower if lower is None else bool(lower)

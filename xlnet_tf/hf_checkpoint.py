@@ -16,6 +16,8 @@ from collections import OrderedDict
 from typing import Callable, Dict, Mapping, Optional, Tuple
 
 import numpy as np
+from safetensors import SafetensorError, safe_open
+from safetensors.numpy import save_file
 
 from xlnet_tf.config import TO_HF_ACTIVATION, XLNetConfig
 from xlnet_tf.tf_checkpoint import PREFIX, CheckpointError
@@ -73,8 +75,6 @@ class _SafetensorsFile:
             self.shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
 
     def _open(self):
-        from safetensors import SafetensorError, safe_open
-
         try:
             return safe_open(self.path, framework="np")
         except (SafetensorError, OSError, ValueError) as e:
@@ -83,7 +83,7 @@ class _SafetensorsFile:
     def get(self, key: str) -> np.ndarray:
         with self._open() as f:
             if f.get_slice(key).get_dtype() == "BF16":
-                import ml_dtypes  # noqa: F401  (registers numpy's bfloat16)
+                import ml_dtypes  # noqa: F401  (registers numpy's bfloat16; slow: ~1 s, bfloat16 files only)
 
                 return f.get_tensor(key).astype(np.float32)
             return f.get_tensor(key)
@@ -97,8 +97,6 @@ def read_safetensors(path: str) -> Dict[str, np.ndarray]:
 
 def write_safetensors(path: str, tensors: Mapping[str, np.ndarray]) -> None:
     """Writes ``tensors`` with the ``safetensors`` package, marked as PyTorch weights (what transformers expects)."""
-    from safetensors.numpy import save_file
-
     save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, path, metadata={"format": "pt"})
 
 
