@@ -25,6 +25,8 @@ import logging
 import os
 import re
 
+import numpy as np
+
 import run_common
 import run_flags
 import run_main
@@ -109,7 +111,6 @@ class FeatureRun(runner.TaskSpec):
         return cls_data.feature_spec(self.options.max_seq_length)
 
     def predict(self, model, output_dir):
-        import numpy as np
         import tensorflow as tf
 
         from xlnet_tf.training import predict
@@ -138,7 +139,6 @@ def document_vectors(model, windows, batch_size):
     (``TaskModel.empty_memory`` and ``window_step``, as ``TaskModel.document_memory``), the head reads each
     window and pools the tokens of all of them (``FeatureHead.pool``).
     """
-    import numpy as np
     import tensorflow as tf
 
     head = model.head
@@ -168,7 +168,6 @@ def document_vectors(model, windows, batch_size):
 
 
 def write_vectors(path, pooled, tokens, input_ids, padding_mask, layers, line_index):
-    import numpy as np
     import tensorflow as tf
 
     if path.endswith(".npz"):

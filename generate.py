@@ -132,7 +132,7 @@ def job(F):
                     "of their text (characters its vocabulary lacks, e.g. emoji)", len(unknown), len(ids),
                     unknown[0], prompts[unknown[0] - 1][:40])
 
-    from xlnet_tf import XLNetModel
+    from xlnet_tf.modeling import XLNetModel
     from xlnet_tf.generation import Generator, export_generator
 
     run = dict(dropout=0.0, dropatt=0.0, bi_data=False)

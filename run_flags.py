@@ -20,6 +20,7 @@ from xlnet_tf.tasks.runner import Plan, TaskOptions
 from xlnet_tf.checkpoint import HF_WRITTEN
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.fileutil import SAVED_MODEL, check_replaceable
+from xlnet_tf import presets
 from xlnet_tf.hardware import POLICY_OF_DTYPE, PRECISIONS
 from xlnet_tf.train_config import LAYER_DECAY_MODES, TrainConfig
 
@@ -247,8 +248,6 @@ def settle(fv: flags.FlagValues) -> None:
 
 def _looks_local(path: str) -> bool:
     """A path the user means (it exists, is a checkpoint prefix, or is written as a path: ./x, /x, ~/x, x.ckpt)."""
-    from xlnet_tf import presets
-
     return presets.is_local(path) or path.startswith((".", os.sep, "~")) or ".ckpt" in path
 
 
@@ -256,8 +255,6 @@ def resolve_init_checkpoint(fv: flags.FlagValues, name: str) -> str:
     """``--init_checkpoint=NAME`` (``xlnet_tf.presets``: a HuggingFace repo id or a release name): the local folder
     it resolves to, which also gives ``--spiece_model_file`` where that flag is not set (``--model_config_path``
     unset already reads the checkpoint's config). A name that cannot be had: one line naming it."""
-    from xlnet_tf import presets
-
     try:
         folder = presets.resolve(name)
     except (FileNotFoundError, ValueError) as e:

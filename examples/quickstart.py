@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import ast
 import collections
+import dataclasses
 import hashlib
 import json
 import os
@@ -400,6 +401,31 @@ def rel(path: str) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    args, packages = parse_args(argv)
+    mode, jit = run_mode(args), args.jit or "auto"
+    out = output_dir(args)
+    data_dir, tok_dir, run_dir = (os.path.join(out, d) for d in ("data", "tokenizer", "run"))
+    timings: Dict[str, float] = {}
+    t_start = time.time()
+
+    log(f"XLNet quickstart -> {rel(out)}")
+    info = data_stage(data_dir, packages, mode, timings)
+    spiece, n_token = tokenizer_stage(data_dir, tok_dir, mode, timings)
+    run = FineTuneRun.inside(out, run_dir)
+    code = fine_tune_stage(run, data_dir, spiece, n_token, info, packages, mode, jit, args, timings)
+    if code:
+        return code
+    scores = score_stage(run, data_dir, timings)
+    serving_stage(out, data_dir, run.export_dir, packages, timings)
+    timings["total"] = time.time() - t_start
+
+    summary = write_summary(out, data_dir, run_dir, spiece, run, scores, info, timings)
+    show_summary(out, summary, packages, scores, timings)
+    return 0
+
+
+def parse_args(argv: Optional[Sequence[str]]) -> Tuple[argparse.Namespace, Tuple[str, ...]]:
+    """The command line, and its ``--packages`` (at least two distinct names, or argparse's error)."""
     ap = argparse.ArgumentParser(description=__doc__.split("THE STEPS")[0].rstrip(),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--output_dir", default=None, help="default: demo_out/")
@@ -418,13 +444,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     packages = tuple(p.strip() for p in args.packages.split(",") if p.strip())
     if len(set(packages)) < 2 or len(set(packages)) != len(packages):
         ap.error(f"--packages: need at least two distinct names, got {args.packages!r}")
+    return args, packages
+
+
+def run_mode(args: argparse.Namespace) -> dict:
+    """A copy of ``MODE`` with the command line's ``--train_steps`` and ``--seed``."""
     mode = json.loads(json.dumps(MODE))
     if args.train_steps:
         mode["train"]["train_steps"] = args.train_steps
         mode["train"]["warmup_steps"] = min(mode["train"]["warmup_steps"], args.train_steps // 10)
     if args.seed is not None:
         mode["train"]["seed"] = args.seed
-    jit = args.jit or "auto"
+    return mode
+
+
+def output_dir(args: argparse.Namespace) -> str:
+    """The output directory, made (``--fresh``: emptied first, if it looks like one of ours)."""
     out = os.path.abspath(args.output_dir or os.path.join(ROOT, "demo_out"))
     if args.fresh and os.path.isdir(out):
         ours = any(os.path.exists(os.path.join(out, p)) for p in ("summary.json", "data/info.json", "run"))
@@ -432,11 +467,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise SystemExit(f"--fresh: {out} does not look like a quickstart output dir; not deleting it")
         shutil.rmtree(out)
     os.makedirs(out, exist_ok=True)
-    data_dir, tok_dir, run_dir = (os.path.join(out, d) for d in ("data", "tokenizer", "run"))
-    timings: Dict[str, float] = {}
-    t_start = time.time()
+    return out
 
-    log(f"XLNet quickstart -> {rel(out)}")
+
+def data_stage(data_dir: str, packages: Sequence[str], mode: dict, timings: Dict[str, float]) -> dict:
+    """Step 1: the data files (``data_step``), their counts and fingerprint logged; returns their info."""
     log(f"[1/4] data: sentences of CPython {sys.version_info.major}.{sys.version_info.minor}'s own stdlib "
         f"docstrings, labelled with their package ({', '.join(packages)})")
     t = time.time()
@@ -448,7 +483,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     log(f"  tokenizer corpus: {info['corpus_paragraphs']} docstring paragraphs from {info['corpus_files']} files "
         f"({'whole stdlib' if info['corpus'] == 'stdlib' else 'the six packages'}); source {info['stdlib']}")
     log(f"  data fingerprint {info['fingerprint']}{' (reused)' if reused else ''}  [{timings['data']:.1f}s]")
+    return info
 
+
+def tokenizer_stage(data_dir: str, tok_dir: str, mode: dict, timings: Dict[str, float]) -> Tuple[str, int]:
+    """Step 2: the SentencePiece model (``tokenizer_step``) and one sentence in its pieces; returns (its path,
+    its vocabulary size)."""
     log(f"[2/4] SentencePiece tokenizer ({mode['vocab_size']} pieces, XLNet's special symbols)")
     t = time.time()
     spiece, reused = tokenizer_step(os.path.join(data_dir, "corpus.txt"), tok_dir, mode["vocab_size"])
@@ -458,41 +498,82 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     example = DEMO_SENTENCES[0]
     log(f"  {rel(spiece)}{' (reused)' if reused else ''}  [{timings['tokenizer']:.1f}s]")
     log(f"  {example!r} -> {tok.tokenize(example)}")
+    return spiece, tok.vocab_size
 
-    config = dict(mode["model"], n_token=tok.vocab_size, ff_activation="gelu", untie_r=True)
-    config_path = os.path.join(out, "model_config.json")
-    write_if_changed(config_path, json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+@dataclasses.dataclass(frozen=True)
+class FineTuneRun:
+    """Where step 3 writes: the model config, run_classifier.py's results, predictions, export and log."""
+    run_dir: str
+    config_path: str
+    eval_path: str
+    pred_path: str
+    export_dir: str
+    log_path: str
+
+    @classmethod
+    def inside(cls, out: str, run_dir: str) -> "FineTuneRun":
+        return cls(run_dir, os.path.join(out, "model_config.json"), os.path.join(run_dir, "eval_results.json"),
+                   os.path.join(run_dir, "predict", "GENERIC.tsv"), os.path.join(run_dir, "export"),
+                   os.path.join(run_dir, "run_classifier.log"))
+
+
+def fine_tune_stage(run: FineTuneRun, data_dir: str, spiece: str, n_token: int, info: dict,
+                    packages: Sequence[str], mode: dict, jit: str, args: argparse.Namespace,
+                    timings: Dict[str, float]) -> int:
+    """Step 3: the model config, then run_classifier.py in a subprocess (skipped when its results exist for
+    exactly these settings); returns its exit code."""
+    config = dict(mode["model"], n_token=n_token, ff_activation="gelu", untie_r=True)
+    write_if_changed(run.config_path, json.dumps(config, indent=2, sort_keys=True) + "\n")
     settings = {"data": info["fingerprint"], "spiece_sha1": file_sha1(spiece), "config": config, "mode": mode,
                 "jit": jit}
-    cmd = classifier_command(data_dir, spiece, config_path, run_dir, packages, mode, jit)
-    eval_path = os.path.join(run_dir, "eval_results.json")
-    pred_path = os.path.join(run_dir, "predict", "GENERIC.tsv")
-    export_dir = os.path.join(run_dir, "export")
+    cmd = classifier_command(data_dir, spiece, run.config_path, run.run_dir, packages, mode, jit)
     m = mode["model"]
     log(f"[3/4] fine-tune a {m['n_layer']}-layer XLNet (d_model {m['d_model']}, {m['n_head']} heads, "
         f"d_inner {m['d_inner']}) from scratch: {mode['train']['train_steps']} steps of "
         f"{mode['train']['train_batch_size']}, max_seq_length {mode['max_seq_length']}")
     log("  " + " ".join(c if c != sys.executable else "python" for c in cmd).replace(ROOT + os.sep, ""))
     t = time.time()
-    current = run_dir_is_current(run_dir, settings)
-    done = all(os.path.exists(p) for p in (eval_path, pred_path, os.path.join(export_dir, "saved_model.pb")))
-    clf_log = os.path.join(run_dir, "run_classifier.log")
+    current = run_dir_is_current(run.run_dir, settings)
+    done = all(os.path.exists(p) for p in (run.eval_path, run.pred_path,
+                                           os.path.join(run.export_dir, "saved_model.pb")))
     if current and done and not args.rerun:
         log("  results for exactly these settings exist: skipped (pass --rerun to run it again)")
     else:
-        code = run_logged(cmd, clf_log, args.verbose)
+        code = run_logged(cmd, run.log_path, args.verbose)
         if code:
-            log(f"run_classifier.py failed (exit {code}); its log: {clf_log}")
+            log(f"run_classifier.py failed (exit {code}); its log: {run.log_path}")
             return code
     timings["fine-tune"] = time.time() - t
-    with open(eval_path, encoding="utf-8") as f:
+    return 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Scores:
+    """Step 3's outcome: run_classifier.py's eval results, the test accuracy of its predictions, the majority
+    class and its baselines."""
+    results: dict
+    test_accuracy: float
+    majority_label: str
+    dev_baseline: float
+    test_baseline: float
+    dev_count: int
+
+    @property
+    def health(self) -> dict:
+        return self.results.get("health", {})
+
+
+def score_stage(run: FineTuneRun, data_dir: str, timings: Dict[str, float]) -> Scores:
+    """Step 3's outcome logged: dev and test accuracy against the majority class, the health check's words."""
+    with open(run.eval_path, encoding="utf-8") as f:
         results = json.load(f)
     train_labels = read_tsv_labels(os.path.join(data_dir, "train.tsv"))
     dev_labels = read_tsv_labels(os.path.join(data_dir, "dev.tsv"))
     test_labels = read_tsv_labels(os.path.join(data_dir, "test.tsv"))
     top, dev_base = majority(train_labels, dev_labels)
     _, test_base = majority(train_labels, test_labels)
-    preds = read_tsv_labels(pred_path)
+    preds = read_tsv_labels(run.pred_path)
     test_acc = sum(p == y for p, y in zip(preds, test_labels)) / max(1, len(test_labels))
     log(f"  dev accuracy {results['accuracy']:.3f} (majority class '{top}': {dev_base:.3f}), "
         f"test accuracy {test_acc:.3f} (majority {test_base:.3f})  [{timings['fine-tune']:.0f}s]")
@@ -503,7 +584,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         log("  likely causes: " + "; ".join(health["causes"]))
     for note in health.get("notes", []):
         log(f"  note: {note}")
+    return Scores(results, test_acc, top, dev_base, test_base, len(dev_labels))
 
+
+def serving_stage(out: str, data_dir: str, export_dir: str, packages: Sequence[str],
+                  timings: Dict[str, float]) -> None:
+    """Step 4: the SavedModel asked in a fresh process (``serve_check``) about ``DEMO_SENTENCES``; the answers
+    logged and written to ``serving_check.json``."""
     log("[4/4] the exported SavedModel in a fresh process (imports only tensorflow + tensorflow_text)")
     seen = {line.split("\t")[0] for s in ("train", "dev", "test")
             for line in open(os.path.join(data_dir, f"{s}.tsv"), encoding="utf-8")}
@@ -523,18 +610,29 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     sec = answer["seconds"]
     log(f"  [{timings['serving check']:.0f}s: TF import {sec['import']}s, load {sec['load']}s, "
         f"predict {sec['predict']}s]")
-    timings["total"] = time.time() - t_start
 
-    summary = {"output_dir": out, "dev_accuracy": results["accuracy"],
-               "dev_majority_baseline": dev_base, "majority_label": top, "test_accuracy": test_acc,
-               "test_majority_baseline": test_base, "eval_results": results, "data": info,
+
+def write_summary(out: str, data_dir: str, run_dir: str, spiece: str, run: FineTuneRun, scores: Scores,
+                  info: dict, timings: Dict[str, float]) -> dict:
+    """``summary.json``: the scores, the data's info, the timings and where every artefact is; returns it."""
+    summary = {"output_dir": out, "dev_accuracy": scores.results["accuracy"],
+               "dev_majority_baseline": scores.dev_baseline, "majority_label": scores.majority_label,
+               "test_accuracy": scores.test_accuracy,
+               "test_majority_baseline": scores.test_baseline, "eval_results": scores.results, "data": info,
                "timings_seconds": {k: round(v, 1) for k, v in timings.items()},
-               "artefacts": {"data": data_dir, "tokenizer": spiece, "model_config": config_path,
+               "artefacts": {"data": data_dir, "tokenizer": spiece, "model_config": run.config_path,
                              "tfrecords": os.path.join(run_dir, "data"), "checkpoints": os.path.join(run_dir, "model"),
-                             "eval_results": eval_path, "predictions": pred_path, "saved_model": export_dir,
+                             "eval_results": run.eval_path, "predictions": run.pred_path,
+                             "saved_model": run.export_dir,
                              "training_curve": os.path.join(run_dir, "training_curve.png"),
-                             "run_classifier_log": clf_log}}
+                             "run_classifier_log": run.log_path}}
     run_common_json(os.path.join(out, "summary.json"), summary)
+    return summary
+
+
+def show_summary(out: str, summary: dict, packages: Sequence[str], scores: Scores,
+                 timings: Dict[str, float]) -> None:
+    """Step 5: where everything is, the scores against the baselines, the health check's verdict, timings."""
     log("")
     log("Summary")
     log(f"  task        which of {', '.join(packages)} a CPython docstring sentence comes from")
@@ -546,8 +644,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                        ("predictions", a["predictions"]), ("SavedModel", a["saved_model"]),
                        ("logs", a["run_classifier_log"]), ("summary", os.path.join(out, "summary.json"))):
         log(f"  {name:11s} {rel(path)}")
-    log(f"  dev         accuracy {results['accuracy']:.3f} vs majority baseline {dev_base:.3f} "
-        f"({len(dev_labels)} sentences); test {test_acc:.3f} vs {test_base:.3f}")
+    log(f"  dev         accuracy {scores.results['accuracy']:.3f} vs majority baseline {scores.dev_baseline:.3f} "
+        f"({scores.dev_count} sentences); test {scores.test_accuracy:.3f} vs {scores.test_baseline:.3f}")
+    health = scores.health
     if health:
         verdict = "learning" if health.get("healthy") else "NOT LEARNING: " + "; ".join(health["warnings"])
         trend = health.get("loss_trend") or {}
@@ -557,7 +656,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if fit.get("overfitting"):
             log(f"              overfits: train loss {fit['train_loss']:.4f}, dev loss {fit['eval_loss']:.4f}")
     log("  timings     " + ", ".join(f"{k} {v:.0f}s" for k, v in timings.items()))
-    return 0
 
 
 def run_common_json(path: str, obj) -> None:

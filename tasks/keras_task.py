@@ -28,13 +28,14 @@ import json
 import logging
 import os
 import random
+import tempfile
 from typing import Any, Dict, Optional
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from xlnet_tf import checkpoint, datasets, hardware
+from xlnet_tf import checkpoint, datasets, hardware, presets
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.fileutil import SAVED_MODEL, check_replaceable
 from xlnet_tf.lengths import default_multiple, padded_length
@@ -139,8 +140,6 @@ class XLNetTask(TaskModel):
         this class gives the task's arguments it was built with (``TASK_FILE``: ``num_classes``, ``regression``,
         ``max_seq_length``, ``head_options``, ...); an HF ``XLNetForSequenceClassification`` folder its number of
         labels and ``problem_type``; the ones passed here win."""
-        from xlnet_tf import presets
-
         path = presets.resolve(name_or_path, revision=revision, token=token, cache_dir=cache_dir,
                                local_files_only=local_files_only)
         fmt = checkpoint.detect_format(path)
@@ -173,8 +172,6 @@ class XLNetTask(TaskModel):
 
     def set_tokenizer(self, tokenizer, lower: Optional[bool] = None) -> None:
         """A SentencePiece model path or an ``XLNetTokenizer`` (its ``lower`` wins)."""
-        import tempfile
-
         if isinstance(tokenizer, XLNetTokenizer):
             lower, tokenizer = tokenizer.lower, tokenizer.spiece_model_file
         self.lower = self.lower if lower is None else bool(lower)

@@ -204,3 +204,93 @@ def test_every_tf_function_traces_without_autograph():
     assert _tf_functions_with_autograph("g = tf.function(f, jit_compile=True)\n") == [1]
     assert _tf_functions_with_autograph("@tf.function(input_signature=[])\ndef f(): pass\n") == [1]
     assert _tf_functions_with_autograph("g = tf.function(f, autograph=False)\n") == []
+
+
+# Modules whose import costs seconds: a function-local import of one of them, or of a project module importing one
+# at its top, is a deliberate delay (a command line answers bad flags before TensorFlow loads; `import xlnet_tf`
+# loads none of them). Any other function-local import is "light" and should sit at its module's top.
+HEAVY = ("tensorflow", "keras", "tensorflow_text", "torch", "transformers", "matplotlib", "sentencepiece")
+MAX_LIGHT_LOCAL_IMPORTS = 30
+PROJECT_CODE = ("xlnet_tf", "heads", "tasks", "data", "examples")  # and the root's *.py entry points
+
+
+def _module_path(module: str):
+    """The project file of a dotted module name (the rooms under their installed names), or None."""
+    parts = module.split(".")
+    if parts[0] == "xlnet_tf" and len(parts) > 1 and parts[1] in ("heads", "tasks", "data"):
+        parts = parts[1:]
+    base = os.path.join(REPO, *parts)
+    return next((p for p in (base + ".py", os.path.join(base, "__init__.py")) if os.path.isfile(p)), None)
+
+
+def _import_names(node) -> list:
+    """The modules an import statement loads (``from a import b``: a, and a.b in case b is a module)."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if isinstance(node, ast.ImportFrom) and not node.level:
+        return [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+    return []
+
+
+def _top_level_imports(path: str) -> list:
+    """The modules ``path`` imports when it is imported (every import outside a function)."""
+    found = []
+
+    def walk(node):
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                found.extend(_import_names(child))
+                walk(child)
+
+    walk(ast.parse(open(path, encoding="utf-8").read(), path))
+    return found
+
+
+def _is_heavy(module: str, cache: dict) -> bool:
+    """Whether importing ``module`` (its packages' ``__init__`` included) imports one of ``HEAVY``."""
+    parts = module.split(".")
+    for i in range(1, len(parts) + 1):
+        name = ".".join(parts[:i])
+        if name in HEAVY:
+            return True
+        path = _module_path(name)
+        if path is None:
+            continue
+        if path not in cache:
+            cache[path] = False  # (an import circle ends here)
+            cache[path] = any(_is_heavy(m, cache) for m in _top_level_imports(path))
+        if cache[path]:
+            return True
+    return False
+
+
+def _light_local_imports() -> list:
+    """(file:line, the statement's source) of every function-local import of a cheap module in the project code."""
+    files = [p for top in PROJECT_CODE for p in _py_files(top)]
+    files += [os.path.join(REPO, f) for f in sorted(os.listdir(REPO)) if f.endswith(".py")]
+    cache, found = {}, {}
+    for path in files:
+        source = open(path, encoding="utf-8").read()
+        lines = source.splitlines()
+        for fn in ast.walk(ast.parse(source, path)):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for node in ast.walk(fn):
+                    names = _import_names(node)
+                    if names and not any(_is_heavy(m, cache) for m in names):
+                        where = f"{os.path.relpath(path, REPO)}:{node.lineno}"  # (a nested function's: once)
+                        found[where] = "\n".join(lines[node.lineno - 1:node.end_lineno]).strip()
+    return sorted(found.items())
+
+
+def test_function_local_imports_are_few_and_say_why():
+    """A function-local import of a cheap module hides a dependency from the module's reader: at most
+    ``MAX_LIGHT_LOCAL_IMPORTS``, each with a comment saying why it is local (an import circle, a slow module, ...).
+    Local imports of TensorFlow and the other ``HEAVY`` modules (or of a project module that imports one at its
+    top) are free: they keep the command lines' flag checks and ``import xlnet_tf`` quick."""
+    found = _light_local_imports()
+    assert len(found) <= MAX_LIGHT_LOCAL_IMPORTS, "\n".join(f"{w}: {s}" for w, s in found)
+    silent = [f"{w}: {s}" for w, s in found if "#" not in s]
+    assert not silent, silent
+    cache = {}
+    assert _is_heavy("xlnet_tf.training", cache) and _is_heavy("xlnet_tf.heads.squad", cache)  # the check sees them
+    assert not _is_heavy("xlnet_tf", cache) and not _is_heavy("xlnet_tf.tasks.squad.reader", cache)

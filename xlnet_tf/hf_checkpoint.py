@@ -6,6 +6,7 @@ mapped, one tensor at a time), sharded indexes and ``pytorch_model.bin`` (withou
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import io
 import json
@@ -16,6 +17,8 @@ from collections import OrderedDict
 from typing import Callable, Dict, Mapping, Optional, Tuple
 
 import numpy as np
+from safetensors import SafetensorError, safe_open
+from safetensors.numpy import save_file
 
 from xlnet_tf.config import TO_HF_ACTIVATION, XLNetConfig
 from xlnet_tf.tf_checkpoint import PREFIX, CheckpointError
@@ -73,8 +76,6 @@ class _SafetensorsFile:
             self.shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
 
     def _open(self):
-        from safetensors import SafetensorError, safe_open
-
         try:
             return safe_open(self.path, framework="np")
         except (SafetensorError, OSError, ValueError) as e:
@@ -83,7 +84,7 @@ class _SafetensorsFile:
     def get(self, key: str) -> np.ndarray:
         with self._open() as f:
             if f.get_slice(key).get_dtype() == "BF16":
-                import ml_dtypes  # noqa: F401  (registers numpy's bfloat16)
+                import ml_dtypes  # noqa: F401  (registers numpy's bfloat16; slow: ~1 s, bfloat16 files only)
 
                 return f.get_tensor(key).astype(np.float32)
             return f.get_tensor(key)
@@ -97,8 +98,6 @@ def read_safetensors(path: str) -> Dict[str, np.ndarray]:
 
 def write_safetensors(path: str, tensors: Mapping[str, np.ndarray]) -> None:
     """Writes ``tensors`` with the ``safetensors`` package, marked as PyTorch weights (what transformers expects)."""
-    from safetensors.numpy import save_file
-
     save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, path, metadata={"format": "pt"})
 
 
@@ -231,7 +230,6 @@ def hf_tokenizer_json(spiece_model_file: str, lower: bool, remove_space: bool, k
     user-defined pieces (``-``, ``.``, ...) kept as pieces, not added tokens (added tokens split the text before the
     model, so the piece after a hyphen got a word start: 15% of SST-2 sentences differed). Left: SentencePiece's
     digit-comma rule (``tokenizer.py``), and its unigram ties broken otherwise (2 of 20,000 SST-2 sentences)."""
-    import base64
 
     from sentencepiece import sentencepiece_model_pb2
 

@@ -7,7 +7,7 @@ from typing import Dict, List, Optional, Sequence
 import keras
 import tensorflow as tf
 
-from xlnet_tf import checkpoint, path_choice
+from xlnet_tf import checkpoint, path_choice, presets
 from xlnet_tf.attention import KeyValueMemory, LayerInputs
 from xlnet_tf.block import XLNetBlock
 from xlnet_tf.config import XLNetConfig
@@ -253,8 +253,6 @@ class XLNetModel(keras.Model):
         """Loads an original TF1 checkpoint, a HuggingFace directory or our own format (see checkpoint.py), from a
         path or a model name (``xlnet/xlnet-base-cased``, ``xlnet_cased_L-12_H-768_A-12``: ``xlnet_tf.presets``,
         which takes ``revision``, ``token``, ``cache_dir`` and ``local_files_only``)."""
-        from xlnet_tf import presets
-
         path = presets.resolve(name_or_path, revision=revision, token=token, cache_dir=cache_dir,
                                local_files_only=local_files_only)
         return checkpoint.load_pretrained(cls, path, config=config, **overrides)

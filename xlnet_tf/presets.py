@@ -31,6 +31,8 @@ import shutil
 import zipfile
 from typing import Dict, Optional
 
+from safetensors import safe_open
+
 log = logging.getLogger(__name__)
 
 
@@ -113,8 +115,8 @@ def _env_true(key: str) -> bool:
 
 # ---------------------------------------------------------------------------------------------- HuggingFace
 def _huggingface(repo: str, revision, token, cache_dir, local_files_only: bool, force_download: bool) -> str:
-    from huggingface_hub import constants, snapshot_download
-    from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError,
+    from huggingface_hub import constants, snapshot_download  # (slow: ~0.15 s with requests; names only)
+    from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError,  # (as above)
                                         RepositoryNotFoundError, RevisionNotFoundError)
 
     cache = cache_dir or constants.HF_HUB_CACHE
@@ -192,8 +194,6 @@ def _damage(path: str) -> Optional[str]:
             with open(path, encoding="utf-8") as f:
                 json.load(f)
         elif base.endswith(".safetensors"):
-            from safetensors import safe_open
-
             with safe_open(path, framework="np") as f:
                 f.keys()
             _check_safetensors_length(path)

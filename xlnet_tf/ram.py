@@ -278,110 +278,190 @@ def estimate(config: Union[XLNetConfig, str, dict], seq_len: int, batch: int, pr
     ``head``: the task head's own description (``HeadSize``; default: the backbone alone).
     ``fused_attention``: the step runs the compiled attention kernels (see ``fused_attention_applies``)."""
     c = _as_config(config)
+    num_trainable_layers = _checked_arguments(optimizer, seq_len, batch, grad_accum_steps, num_trainable_layers)
+    step = _Step(c, seq_len, batch, int(math.ceil(batch / grad_accum_steps)), grad_accum_steps, precision,
+                 _bytes_per(precision), recompute, jit, segments, cpu, fused_attention)
+    bb = backbone_param_counts(c)
+    tp = trainable_param_counts(c, num_trainable_layers, head.params)
+    grads = _gradients(step, bb, tp, head.params)
+    acts = _activations(step, tp, head, rng_hoisting)
+    ws = workspace(c, seq_len, step.micro, precision, jit, cpu, fused_attention)
+    opt_tmp = _optimizer_temporaries(c, tp, head.params, jit)
+    phases = _timeline(step, tp["trainable_blocks"], grads, acts, ws, opt_tmp)
+    return _report(step, num_trainable_layers, optimizer, head, bb, tp, grads, acts, ws, opt_tmp, phases)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Step:
+    """What ``estimate`` models: one optimizer update of ``batch`` examples in micro-batches of ``micro``;
+    ``a``: bytes of a compute-dtype element."""
+    c: XLNetConfig
+    seq_len: int
+    batch: int
+    micro: int
+    grad_accum_steps: int
+    precision: str
+    a: int
+    recompute: bool
+    jit: bool
+    segments: bool
+    cpu: bool
+    fused_attention: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class _Gradients:
+    """The step's float32 gradients (bytes): of one block, of the embeddings, of the other trainable variables,
+    all of them; ``accum``: what lives through the step beside them (the accumulator, hoisted weight casts)."""
+    block: int
+    embeddings: int
+    other: int
+    total: int
+    accum: int
+    hoisted_casts: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _Activations:
+    """The step's kept activations (bytes, per micro-batch): a trainable block's items and their sums, the
+    once-per-step ones (``shared``), the head's, and what each block keeps through the forward."""
+    per_block_items: List[Tuple[str, int, str]]
+    block: int
+    attn: int
+    draws: int
+    hoist: bool
+    shared: int
+    head: int
+    kept_per_block: int
+    kept: int
+
+
+def _checked_arguments(optimizer: str, seq_len: int, batch: int, grad_accum_steps: int,
+                       num_trainable_layers: Optional[int]) -> Optional[int]:
+    """Refuses an unknown optimizer or a size below 1; returns ``num_trainable_layers`` (None for every layer)."""
     if optimizer not in OPTIMIZER_SLOTS:
         raise ValueError(f"optimizer: expected one of {sorted(OPTIMIZER_SLOTS)}, got {optimizer!r}")
     if seq_len < 1 or batch < 1 or grad_accum_steps < 1:
         raise ValueError("seq_len, batch and grad_accum_steps must be >= 1")
     if num_trainable_layers is not None and num_trainable_layers < 0:
         num_trainable_layers = None
-    micro = int(math.ceil(batch / grad_accum_steps))
-    a = _bytes_per(precision)
-    bb = backbone_param_counts(c)
-    hp = head.params
-    tp = trainable_param_counts(c, num_trainable_layers, hp)
-    n_params = bb["total"] + hp
-    param_bytes = 4 * (n_params - bb["dropout_seed"]) + 8 * bb["dropout_seed"]
-    opt_bytes = 4 * OPTIMIZER_SLOTS[optimizer] * tp["total"]
+    return num_trainable_layers
 
-    # ---- gradients (float32, trainable variables only)
-    g_block = 4 * block_param_count(c)
+
+def _gradients(s: _Step, bb: Dict[str, int], tp: Dict[str, int], head_params: int) -> _Gradients:
+    """Float32 gradients of the trainable variables only, the accumulator and the hoisted weight casts."""
+    g_block = 4 * block_param_count(s.c)
     g_emb = 4 * tp["embeddings"]
     g_other = 4 * (tp["head"] + tp["lm_bias"] + tp["shared_r_biases"])
-    n_tr = tp["trainable_blocks"]
-    grads = g_emb + g_other + n_tr * g_block
-    accum = grads if grad_accum_steps > 1 else 0
+    grads = g_emb + g_other + tp["trainable_blocks"] * g_block
+    accum = grads if s.grad_accum_steps > 1 else 0
     # XLA hoists the loop-invariant casts of the weights out of the accumulation loop: with a mixed precision
     # and accumulation, a compute-dtype copy of every weight the forward reads lives through the step (on
     # XLA:CPU a float32 one: it round-trips 16-bit values through float32).
     hoisted_casts = 0
-    if jit and precision != "float32" and grad_accum_steps > 1:
-        used = bb["word_embedding"] + bb["blocks"] + bb["shared_r_biases"] + hp
-        hoisted_casts = used * (4 if cpu else _bytes_per(precision))
-    accum += hoisted_casts
+    if s.jit and s.precision != "float32" and s.grad_accum_steps > 1:
+        used = bb["word_embedding"] + bb["blocks"] + bb["shared_r_biases"] + head_params
+        hoisted_casts = used * (4 if s.cpu else _bytes_per(s.precision))
+    return _Gradients(g_block, g_emb, g_other, grads, accum + hoisted_casts, hoisted_casts)
 
-    # ---- activations (per micro-batch)
-    per_block_items = block_activations(c, seq_len, micro, precision, jit, segments, cpu, fused_attention)
+
+def _activations(s: _Step, tp: Dict[str, int], head: HeadSize, rng_hoisting: Optional[bool]) -> _Activations:
+    """The activations kept for the backward pass, per micro-batch: each trainable block's, the once-per-step
+    ones and the head's."""
+    c, micro, seq_len = s.c, s.micro, s.seq_len
+    per_block_items = block_activations(c, seq_len, micro, s.precision, s.jit, s.segments, s.cpu, s.fused_attention)
     a_block = sum(v for _, v, _ in per_block_items)
     a_attn = sum(v for _, v, part in per_block_items if part == "attn")   # left when the score grads appear
     draws = sum(v for name, v, _ in per_block_items if "draws" in name)   # one block's dropout draws
     if rng_hoisting is None:
-        rng_hoisting = bool(jit)
+        rng_hoisting = bool(s.jit)
     hoist = bool(rng_hoisting) and draws > 0
     bqd = micro * seq_len * c.d_model
-    a_act = 4 if (cpu and jit) else a                        # XLA:CPU keeps 16-bit activations as float32
-    mask_b = a_act if jit else 1
+    a_act = 4 if (s.cpu and s.jit) else s.a                  # XLA:CPU keeps 16-bit activations as float32
+    mask_b = a_act if s.jit else 1
     r = 2 * seq_len if c.attn_type == "bi" else seq_len + 1
     shared = 0
-    if n_tr > 0 or tp["embeddings"]:
+    if tp["trainable_blocks"] > 0 or tp["embeddings"]:
         pos_sets = micro if (c.pos_dropout == "per_example" and c.dropout > 0) else (2 if c.bi_data else 1)
         shared += pos_sets * r * c.d_model * (a_act + mask_b)   # dropped pos. encodings + draws
-        shared += 2 * micro * seq_len * seq_len * (1 if segments else 0.5)  # bool segment-diff / attention masks
+        shared += 2 * micro * seq_len * seq_len * (1 if s.segments else 0.5)  # bool segment-diff / attention masks
         shared += bqd * a_act                                # input of the lowest trainable block
         if tp["embeddings"] and c.dropout > 0:
             shared += bqd * mask_b                           # embedding dropout draws
         shared += bqd * mask_b                               # dropout on the sequence output (head input)
-    head_act = head.activations(seq_len, micro, a)
-    kept_per_block = bqd * a_act if recompute else a_block   # recompute: only the block input is kept
-    if recompute and hoist:
+    head_act = head.activations(seq_len, micro, s.a)
+    kept_per_block = bqd * a_act if s.recompute else a_block  # recompute: only the block input is kept
+    if s.recompute and hoist:
         kept_per_block += draws      # drawn at the step's start, alive until the block's recomputation uses them
-    acts_kept = shared + head_act + n_tr * kept_per_block
-    ws = workspace(c, seq_len, micro, precision, jit, cpu, fused_attention)
-    largest = max(c.d_model * c.d_inner if n_tr else 0, tp["embeddings"] and c.n_token * c.d_model, hp)
-    opt_tmp = 4 * largest * (1 if jit else 2)               # per-variable temporaries of clipping / Adam
+    acts_kept = shared + head_act + tp["trainable_blocks"] * kept_per_block
+    return _Activations(per_block_items, a_block, a_attn, draws, hoist, shared, head_act, kept_per_block, acts_kept)
 
-    # ---- the step's timeline (this module's docstring)
+
+def _optimizer_temporaries(c: XLNetConfig, tp: Dict[str, int], head_params: int, jit: bool) -> int:
+    """Per-variable temporaries of clipping / Adam, for the largest trainable variable."""
+    largest = max(c.d_model * c.d_inner if tp["trainable_blocks"] else 0,
+                  tp["embeddings"] and c.n_token * c.d_model, head_params)
+    return 4 * largest * (1 if jit else 2)
+
+
+def _timeline(s: _Step, n_tr: int, g: _Gradients, act: _Activations, ws: Dict[str, int],
+              opt_tmp: int) -> Dict[str, int]:
+    """The memory alive at each moment of the step (this module's docstring): the forward, each backward block
+    (top first), the update; ``n_tr`` trainable blocks."""
     phases = {}
     # forward, at the top block's attention scores (its FFN half does not exist yet); then after the head
-    below_top = max(n_tr - 1, 0) * kept_per_block
-    phases["forward"] = accum + shared + below_top + (a_attn if n_tr else 0) + ws["forward"]
-    phases["forward end"] = accum + acts_kept + (a_block - kept_per_block if recompute and n_tr else 0)
-    if hoist:  # XLA draws every block's dropout randoms before the first block runs
-        phases["forward, first block"] = accum + shared + c.n_layer * draws + ws["forward"]
+    below_top = max(n_tr - 1, 0) * act.kept_per_block
+    phases["forward"] = g.accum + act.shared + below_top + (act.attn if n_tr else 0) + ws["forward"]
+    phases["forward end"] = g.accum + act.kept + (act.block - act.kept_per_block if s.recompute and n_tr else 0)
+    if act.hoist:  # XLA draws every block's dropout randoms before the first block runs
+        phases["forward, first block"] = g.accum + act.shared + s.c.n_layer * act.draws + ws["forward"]
     # XLA allocates the dense embedding gradient up front; with accumulation each micro-batch's gradients are
     # added into the accumulator as they appear (only the current block's exist on their own).
-    emb_early = g_emb if jit and grad_accum_steps == 1 else 0
+    emb_early = g.embeddings if s.jit and s.grad_accum_steps == 1 else 0
     for j in range(n_tr):                                    # j = 0 is the top trainable block
         below = n_tr - j - 1                                 # trainable blocks still holding their activations
-        done = 0 if grad_accum_steps > 1 else j              # gradients of the blocks above, on their own
-        base = accum + shared + head_act + g_other + emb_early + below * kept_per_block
-        ffn_moment = base + done * g_block + a_block + ws["backward_ffn"]
-        attn_moment = base + (done + 1) * g_block + a_attn + ws["backward_attention"]
+        done = 0 if s.grad_accum_steps > 1 else j            # gradients of the blocks above, on their own
+        base = g.accum + act.shared + act.head + g.other + emb_early + below * act.kept_per_block
+        ffn_moment = base + done * g.block + act.block + ws["backward_ffn"]
+        attn_moment = base + (done + 1) * g.block + act.attn + ws["backward_attention"]
         phases[f"backward block {n_tr - j}/{n_tr}"] = max(ffn_moment, attn_moment)
-    phases["update"] = accum + grads + opt_tmp
+    phases["update"] = g.accum + g.total + opt_tmp
+    return phases
+
+
+def _report(s: _Step, num_trainable_layers: Optional[int], optimizer: str, head: HeadSize, bb: Dict[str, int],
+            tp: Dict[str, int], g: _Gradients, act: _Activations, ws: Dict[str, int], opt_tmp: int,
+            phases: Dict[str, int]) -> Dict:
+    """``estimate``'s dict: the arguments, the parameters, the components, the timeline and the total."""
+    c, hp = s.c, head.params
+    n_params = bb["total"] + hp
+    param_bytes = 4 * (n_params - bb["dropout_seed"]) + 8 * bb["dropout_seed"]
+    opt_bytes = 4 * OPTIMIZER_SLOTS[optimizer] * tp["total"]
     peak_phase = max(phases, key=phases.get)
     step_peak = phases[peak_phase]
-
-    act_total = acts_kept + (a_block if recompute and n_tr else 0)
+    n_tr = tp["trainable_blocks"]
+    act_total = act.kept + (act.block if s.recompute and n_tr else 0)
     components = {
         "parameters": param_bytes,
-        "gradients": grads + (grads if grad_accum_steps > 1 else 0),
+        "gradients": g.total + (g.total if s.grad_accum_steps > 1 else 0),
         "optimizer_state": opt_bytes,
         "activations": act_total,
         "workspace": max(max(ws.values()), opt_tmp),
     }
-    if hoisted_casts:
-        components["weight_casts"] = hoisted_casts
+    if g.hoisted_casts:
+        components["weight_casts"] = g.hoisted_casts
     return {
-        "config": c.to_original_dict(), "seq_len": seq_len, "batch": batch, "micro_batch": micro,
-        "grad_accum_steps": grad_accum_steps, "precision": precision, "recompute": bool(recompute),
-        "num_trainable_layers": num_trainable_layers, "optimizer": optimizer, "head": head.name, "jit": bool(jit),
-        "cpu": bool(cpu), "fused_attention": bool(fused_attention),
+        "config": c.to_original_dict(), "seq_len": s.seq_len, "batch": s.batch, "micro_batch": s.micro,
+        "grad_accum_steps": s.grad_accum_steps, "precision": s.precision, "recompute": bool(s.recompute),
+        "num_trainable_layers": num_trainable_layers, "optimizer": optimizer, "head": head.name,
+        "jit": bool(s.jit), "cpu": bool(s.cpu), "fused_attention": bool(s.fused_attention),
         "param_count": n_params, "trainable_param_count": tp["total"], "trainable_blocks": n_tr,
-        "param_groups": bb, "head_param_count": hp, "rng_hoisting": hoist, "dropout_draws_per_block": draws,
+        "param_groups": bb, "head_param_count": hp, "rng_hoisting": act.hoist, "dropout_draws_per_block": act.draws,
         **components,
-        "activations_per_block": a_block, "activations_per_block_items": per_block_items,
-        "activations_kept_per_block": kept_per_block, "activations_shared": shared, "activations_head": head_act,
-        "gradient_accumulator": grads if grad_accum_steps > 1 else 0, "hoisted_weight_casts": hoisted_casts,
+        "activations_per_block": act.block, "activations_per_block_items": act.per_block_items,
+        "activations_kept_per_block": act.kept_per_block, "activations_shared": act.shared,
+        "activations_head": act.head,
+        "gradient_accumulator": g.total if s.grad_accum_steps > 1 else 0, "hoisted_weight_casts": g.hoisted_casts,
         "workspace_items": {**ws, "optimizer_update": opt_tmp},
         "phases": phases, "peak_phase": peak_phase, "step_peak": step_peak,
         "persistent": param_bytes + opt_bytes,

@@ -28,6 +28,8 @@ import shutil
 import time
 from typing import Dict, List, Optional, Sequence
 
+import numpy as np
+
 from xlnet_tf.data import pretrain_records as records
 from xlnet_tf.data import pretrain_sampling as sampling
 from xlnet_tf.data.pretrain_sampling import mlm_num_predict
@@ -259,8 +261,6 @@ def heldout_records(spec: PretrainSpec, plan: PretrainPlan, tokenizer, n_token: 
 def loss_summary(history: Sequence, window: int) -> Dict:
     """``train_loss_final`` (mean of the last ``window`` steps), ``train_loss_best`` and ``train_loss_best_step``
     (the lowest mean over ``window`` consecutive steps, and that window's last step) of [(step, loss)]."""
-    import numpy as np
-
     if not history:
         return {}
     losses = np.asarray([h[1] for h in history], np.float64)
@@ -274,131 +274,200 @@ def loss_summary(history: Sequence, window: int) -> Dict:
 def run(spec: PretrainSpec, plan: PretrainPlan, config, tokenizer, spiece: str, strategy) -> Dict:
     """Pretrains by ``plan`` (its ``train``: the loop's ``TrainConfig``); returns the summary (``step``,
     ``heldout_loss_start`` / ``_end``, ``unigram_loss``)."""
-    import numpy as np
-    import tensorflow as tf
+    pretraining = Pretraining(spec, plan, config, tokenizer, spiece, strategy)
+    pretraining.train()
+    out = pretraining.finish()
+    check_health(out, plan)
+    return {k: out[k] for k in ("step", "heldout_loss_start", "heldout_loss_end", "unigram_loss", "train_loss_final",
+                                "train_loss_best") if k in out}
 
-    from xlnet_tf.pretrain_model import PretrainModel, evaluate_plm
-    from xlnet_tf.training import Trainer, write_scalar
 
-    train_config = plan.train
-    layout = BatchLayout.of(strategy, plan.train_batch_size, train_config.grad_accum_steps, spec.bi_data)
-    sampler = spec.sampler(tokenizer)
-    files, index = training_records(spec, plan, tokenizer, layout)
-    log.info("model: %s", config.to_dict())
-    heldout_files, uni_logp = heldout_records(spec, plan, tokenizer, config.n_token)
+class Pretraining:
+    """One pretraining run under way: its records, the trainer on ``PretrainModel``, the held-out evaluations and
+    the loss history (both read back from ``pretrain_results.json`` when the run resumes)."""
 
-    def model_fn():
-        model = PretrainModel(config, layout.per_replica, seed=train_config.seed, objective=spec.objective)
-        if plan.init_checkpoint:
-            checkpoint.load_backbone_weights(model.backbone, plan.init_checkpoint)
-            log.info("initialised the backbone from %s", plan.init_checkpoint)
-        return model
+    def __init__(self, spec: PretrainSpec, plan: PretrainPlan, config, tokenizer, spiece: str, strategy):
+        self.spec, self.plan, self.config, self.spiece = spec, plan, config, spiece
+        self.train_config = plan.train
+        self.layout = BatchLayout.of(strategy, plan.train_batch_size, self.train_config.grad_accum_steps,
+                                     spec.bi_data)
+        self.sampler = spec.sampler(tokenizer)
+        files, self.index = training_records(spec, plan, tokenizer, self.layout)
+        log.info("model: %s", config.to_dict())
+        self.heldout_files, self.uni_logp = heldout_records(spec, plan, tokenizer, config.n_token)
+        self.trainer = self.make_trainer(files, strategy)
+        self.model = self.trainer.model
+        self.model_dir, self.out_dir = plan.model_dir, os.path.abspath(plan.output_dir)
+        self.is_chief = self.trainer.is_chief
+        self.heldout_writer, self.extra_writer = self.summary_writers()
+        self.results_path = os.path.join(self.model_dir, "pretrain_results.json")
+        self.heldout_log, self.history = self.previous_results()
 
-    dataset_fn = sampling.make_train_dataset_fn(files, spec.seq_len, spec.reuse_len, layout.per_replica,
-                                       train_config.grad_accum_steps, seed=spec.data_seed, **sampler)
-    trainer = Trainer(model_fn, dataset_fn, train_config, strategy)
-    if trainer.restored_from:
-        log.info("resumed from %s", trainer.restored_from)
-    model = trainer.model
-    model_dir, out_dir = plan.model_dir, os.path.abspath(plan.output_dir)
+    def make_trainer(self, files: Sequence[str], strategy):
+        """The loop's ``Trainer`` on a ``PretrainModel`` (its backbone from ``plan.init_checkpoint`` if given)
+        and the training records' sampled batches; resumed from the newest checkpoint if there is one."""
+        from xlnet_tf.pretrain_model import PretrainModel  # heavy: TensorFlow
+        from xlnet_tf.training import Trainer  # heavy: TensorFlow
 
-    def dump(path, obj):
-        write_json(path, obj, indent=2, sort_keys=True, ensure_ascii=False)
+        spec, plan, train_config = self.spec, self.plan, self.train_config
 
-    is_chief = trainer.is_chief
-    heldout_writer = tf.summary.create_file_writer(os.path.join(model_dir, "heldout")) if is_chief else None
-    extra_writer = tf.summary.create_file_writer(os.path.join(model_dir, "train")) if is_chief else None
-    results_path = os.path.join(model_dir, "pretrain_results.json")
-    previous = {}
-    if trainer.restored_from and os.path.isfile(results_path):
-        with open(results_path, encoding="utf-8") as f:
-            previous = json.load(f)
-    heldout_log = list(previous.get("heldout", []))
-    history = [tuple(x) for x in previous.get("train_history", [])]
+        def model_fn():
+            model = PretrainModel(self.config, self.layout.per_replica, seed=train_config.seed,
+                                  objective=spec.objective)
+            if plan.init_checkpoint:
+                checkpoint.load_backbone_weights(model.backbone, plan.init_checkpoint)
+                log.info("initialised the backbone from %s", plan.init_checkpoint)
+            return model
 
-    def evaluate(step):
-        if not heldout_files:
+        dataset_fn = sampling.make_train_dataset_fn(files, spec.seq_len, spec.reuse_len, self.layout.per_replica,
+                                                    train_config.grad_accum_steps, seed=spec.data_seed,
+                                                    **self.sampler)
+        trainer = Trainer(model_fn, dataset_fn, train_config, strategy)
+        if trainer.restored_from:
+            log.info("resumed from %s", trainer.restored_from)
+        return trainer
+
+    def summary_writers(self):
+        """TensorBoard writers (the chief's only): the held-out evaluations', the training perplexity's."""
+        import tensorflow as tf  # heavy
+
+        if not self.is_chief:
+            return None, None
+        return (tf.summary.create_file_writer(os.path.join(self.model_dir, "heldout")),
+                tf.summary.create_file_writer(os.path.join(self.model_dir, "train")))
+
+    def previous_results(self):
+        """(held-out evaluations, [(step, loss)]) of the run this one resumes (empty for a new run)."""
+        previous = {}
+        if self.trainer.restored_from and os.path.isfile(self.results_path):
+            with open(self.results_path, encoding="utf-8") as f:
+                previous = json.load(f)
+        return list(previous.get("heldout", [])), [tuple(x) for x in previous.get("train_history", [])]
+
+    def train(self) -> None:
+        """Trains to ``train_steps`` in chunks of ``heldout_every`` steps, each followed by a held-out evaluation
+        and the results file (an evaluation first, unless the resumed run's last one was at this step)."""
+        train_config = self.train_config
+        step = int(self.trainer.step.numpy())
+        if not self.heldout_log or self.heldout_log[-1]["step"] != step:
+            self.evaluate(step)
+        every = self.spec.heldout_every if self.spec.heldout_every > 0 else train_config.train_steps
+        while step < train_config.train_steps:
+            stop = min((step // every + 1) * every, train_config.train_steps)
+            result = self.trainer.train(stop_at=stop)
+            self.history.extend((int(s), float(l)) for s, l in result.history)
+            self.write_perplexity(result.history, stop)
+            step = int(self.trainer.step.numpy())
+            self.evaluate(step)
+            self.results(done=False)
+        self.trainer.close()  # its input files close now
+
+    def write_perplexity(self, history: Sequence, stop: int) -> None:
+        """The training perplexity to TensorBoard, over the same windows the loop logs its loss over."""
+        from xlnet_tf.training import write_scalar  # heavy: TensorFlow
+
+        if not self.extra_writer:
+            return
+        log_steps = max(self.train_config.log_steps, 1)
+        with self.extra_writer.as_default():
+            window = []
+            for s, l in history:
+                window.append(l)
+                if s % log_steps == 0 or s == stop:
+                    write_scalar("perplexity", math.exp(min(float(np.mean(window)), 700.0)), s)
+                    window = []
+        self.extra_writer.flush()
+
+    def evaluate(self, step: int) -> Optional[Dict]:
+        """The held-out loss at ``step`` (None without held-out text): logged, kept, written to TensorBoard."""
+        from xlnet_tf.pretrain_model import evaluate_plm  # heavy: TensorFlow
+        from xlnet_tf.training import write_scalar  # heavy: TensorFlow
+
+        spec = self.spec
+        if not self.heldout_files:
             return None
         t0 = time.time()
-        ds = sampling.make_pretrain_dataset(heldout_files, spec.seq_len, spec.reuse_len, spec.heldout_batch_size,
-                                     repeat=False, **dict(sampler, seed=spec.heldout_seed))
-        res = evaluate_plm(model, ds, spec.heldout_steps if spec.heldout_steps > 0 else None, uni_logp)
+        ds = sampling.make_pretrain_dataset(self.heldout_files, spec.seq_len, spec.reuse_len,
+                                            spec.heldout_batch_size, repeat=False,
+                                            **dict(self.sampler, seed=spec.heldout_seed))
+        res = evaluate_plm(self.model, ds, spec.heldout_steps if spec.heldout_steps > 0 else None, self.uni_logp)
         res["step"] = int(step)
-        heldout_log.append(res)
+        self.heldout_log.append(res)
         log.info("held-out step %d: loss %.4f ppl %.1f over %d targets%s (%.1fs)", step, res["loss"],
                  res["perplexity"], res["tokens"],
                  f"; unigram {res['unigram_loss']:.4f}" if "unigram_loss" in res else "", time.time() - t0)
-        if heldout_writer:
-            with heldout_writer.as_default():
+        if self.heldout_writer:
+            with self.heldout_writer.as_default():
                 write_scalar("loss", res["loss"], step)
                 write_scalar("perplexity", res["perplexity"], step)
                 if "unigram_loss" in res:
                     write_scalar("unigram_loss", res["unigram_loss"], step)
-            heldout_writer.flush()
+            self.heldout_writer.flush()
         return res
 
-    def write_results(done: bool):
+    def results(self, done: bool) -> Dict:
+        """The run's results (this module's docstring), written to ``MODEL_DIR/pretrain_results.json`` by the
+        chief."""
+        spec, plan, layout, heldout_log = self.spec, self.plan, self.layout, self.heldout_log
         out = {
-            "step": int(trainer.step.numpy()), "done": done, "objective": spec.objective,
-            "config": config.to_dict(),
-            "spiece_model_file": os.path.abspath(spiece), "uncased": bool(spec.uncased),
+            "step": int(self.trainer.step.numpy()), "done": done, "objective": spec.objective,
+            "config": self.config.to_dict(),
+            "spiece_model_file": os.path.abspath(self.spiece), "uncased": bool(spec.uncased),
             "seq_len": spec.seq_len, "reuse_len": spec.reuse_len, "mem_len": spec.mem_len, "bi_data": spec.bi_data,
             "num_predict": spec.predictions_per_sequence(),
             "train_batch_size": plan.train_batch_size, "per_replica_batch": layout.per_replica,
-            "replicas": layout.replicas, "train_tokens": index["num_tokens"], "heldout": heldout_log,
-            "train_history": history, "backbone_dir": out_dir if done else None,
+            "replicas": layout.replicas, "train_tokens": self.index["num_tokens"], "heldout": heldout_log,
+            "train_history": self.history, "backbone_dir": self.out_dir if done else None,
         }
-        out.update(loss_summary(history, train_config.log_steps))
-        if heldout_log:
-            best = min(heldout_log, key=lambda h: h["loss"])
-            out["heldout_loss_start"] = heldout_log[0]["loss"]
-            out["heldout_loss_end"] = heldout_log[-1]["loss"]
-            out["heldout_loss_best"], out["heldout_loss_best_step"] = best["loss"], best["step"]
-            if "unigram_loss" in heldout_log[-1]:
-                out["unigram_loss"] = heldout_log[-1]["unigram_loss"]
-        out["health"] = health.assess(None, health.loss_trend(history), {"train_steps": train_config.train_steps,
-                                      "warmup_steps": train_config.warmup_steps},
+        out.update(loss_summary(self.history, self.train_config.log_steps))
+        out.update(heldout_summary(heldout_log))
+        out["health"] = health.assess(None, health.loss_trend(self.history),
+                                      {"train_steps": self.train_config.train_steps,
+                                       "warmup_steps": self.train_config.warmup_steps},
                                       eval_loss=heldout_log[-1]["loss"] if heldout_log else None)
-        if is_chief:
-            dump(results_path, out)
+        if self.is_chief:
+            _dump(self.results_path, out)
         return out
 
-    step = int(trainer.step.numpy())
-    if not heldout_log or heldout_log[-1]["step"] != step:
-        evaluate(step)
-    every = spec.heldout_every if spec.heldout_every > 0 else train_config.train_steps
-    log_steps = max(train_config.log_steps, 1)
-    while step < train_config.train_steps:
-        stop = min((step // every + 1) * every, train_config.train_steps)
-        result = trainer.train(stop_at=stop)
-        history.extend((int(s), float(l)) for s, l in result.history)
-        if extra_writer:  # perplexity of the same windows the loop logs its loss over
-            with extra_writer.as_default():
-                window = []
-                for s, l in result.history:
-                    window.append(l)
-                    if s % log_steps == 0 or s == stop:
-                        write_scalar("perplexity", math.exp(min(float(np.mean(window)), 700.0)), s)
-                        window = []
-            extra_writer.flush()
-        step = int(trainer.step.numpy())
-        evaluate(step)
-        write_results(done=False)
-    trainer.close()  # its input files close now
+    def finish(self) -> Dict:
+        """The saved backbone (with ``spiece.model``), the final results (in ``output_dir`` too, without the
+        history) and the training curve; returns the results."""
+        if self.is_chief:
+            self.model.save_backbone(self.out_dir)
+            shutil.copyfile(self.spiece, os.path.join(self.out_dir, "spiece.model"))
+            log.info("saved the pretrained backbone to %s (with spiece.model)", self.out_dir)
+        out = self.results(done=True)
+        if self.is_chief:
+            _dump(os.path.join(self.out_dir, "pretrain_results.json"),
+                  {k: v for k, v in out.items() if k != "train_history"})
+            history = self.history
+            rates = report.learning_rates(self.train_config, [h[0] for h in history]) if history else None
+            report.write_curve(os.path.join(self.model_dir, report.CURVE_FILE), history, rates, self.heldout_log,
+                               title=f"pretraining ({self.spec.objective})", eval_name="held-out")
+        return out
 
-    if is_chief:
-        model.save_backbone(out_dir)
-        shutil.copyfile(spiece, os.path.join(out_dir, "spiece.model"))
-        log.info("saved the pretrained backbone to %s (with spiece.model)", out_dir)
-    out = write_results(done=True)
-    if is_chief:
-        dump(os.path.join(out_dir, "pretrain_results.json"), {k: v for k, v in out.items() if k != "train_history"})
-        rates = report.learning_rates(train_config, [h[0] for h in history]) if history else None
-        report.write_curve(os.path.join(model_dir, report.CURVE_FILE), history, rates, heldout_log,
-                           title=f"pretraining ({spec.objective})", eval_name="held-out")
+
+def heldout_summary(heldout_log: Sequence[Dict]) -> Dict:
+    """``heldout_loss_start`` / ``_end`` / ``_best`` (and its step), ``unigram_loss`` of the held-out evaluations
+    (empty without any)."""
+    out = {}
+    if heldout_log:
+        best = min(heldout_log, key=lambda h: h["loss"])
+        out["heldout_loss_start"] = heldout_log[0]["loss"]
+        out["heldout_loss_end"] = heldout_log[-1]["loss"]
+        out["heldout_loss_best"], out["heldout_loss_best_step"] = best["loss"], best["step"]
+        if "unigram_loss" in heldout_log[-1]:
+            out["unigram_loss"] = heldout_log[-1]["unigram_loss"]
+    return out
+
+
+def check_health(out: Dict, plan: PretrainPlan) -> None:
+    """Logs the health check; raises ``health.NotLearning`` when unhealthy under ``plan.fail_if_unhealthy``."""
     health.report(out["health"], "pretraining")
     failure = health.failure(out["health"], "pretraining") if plan.fail_if_unhealthy else None
     if failure:
         raise failure
-    return {k: out[k] for k in ("step", "heldout_loss_start", "heldout_loss_end", "unigram_loss", "train_loss_final",
-                                "train_loss_best") if k in out}
+
+
+def _dump(path: str, obj) -> None:
+    write_json(path, obj, indent=2, sort_keys=True, ensure_ascii=False)

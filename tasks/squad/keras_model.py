@@ -22,7 +22,8 @@ import tensorflow as tf
 from xlnet_tf.tasks import keras_inputs as door
 from xlnet_tf.tasks.keras_task import XLNetTask
 from xlnet_tf.tasks.squad import metrics as squad_metrics
-from xlnet_tf.tasks.squad.features import squad_feature_spec
+from xlnet_tf.tasks.squad.features import build_squad_features, squad_feature_spec
+from xlnet_tf.tasks.squad.reader import SquadExample
 from xlnet_tf.tasks.squad.run import SquadOptions
 from xlnet_tf.tasks.squad.serving import SquadServing
 
@@ -76,9 +77,6 @@ class XLNetQuestionAnswerer(XLNetTask):
 
     def squad_features(self, x, answers) -> Dict[str, np.ndarray]:
         """Raw questions, contexts and answers -> the command line's training windows (numpy, [windows, L])."""
-        from xlnet_tf.tasks.squad.features import build_squad_features
-        from xlnet_tf.tasks.squad.reader import SquadExample
-
         questions, contexts = self.questions_and_contexts(x)
         golds = _answers(answers, contexts)
         context_ids: Dict[str, int] = {}
