@@ -97,14 +97,30 @@ def define_model_flags(fv: flags.FlagValues) -> None:
 
 
 def define_common_flags(fv: flags.FlagValues, default_seq_len: int = 128, default_lr: float = 2e-5) -> None:
-    """The flags every fine-tuning entry point shares (model, outputs, data, training, distribution)."""
+    """The flags every fine-tuning entry point shares, by help section: model, outputs, what to do, data, training,
+    speed and memory, distribution."""
     define_model_flags(fv)
-    d = Definer(fv, "Model and tokenizer")
+    _define_model_options(Definer(fv, "Model and tokenizer"))
+    _define_output_flags(Definer(fv, "Outputs"))
+    _define_data_flags(Definer(fv, "What to do"), default_seq_len)
+    _define_training_flags(Definer(fv, "Training"), default_lr)
+    _define_speed_flags(Definer(fv, "Speed and memory"))
+    d = Definer(fv, "Distribution")
+    d.enum("strategy", "default", ["default", "mirrored", "multi_worker", "tpu"], "tf.distribute.")
+    d.string("tpu", None, "TPU name or address (with --strategy=tpu).")
+    d.integer("num_cpu_devices", None, "Split the CPU into N logical devices (testing mirrored).")
+
+
+def _define_model_options(d: Definer) -> None:
+    """The run's options of the model (not its shape: that is the config's)."""
     d.float("dropout", XLNetConfig.dropout, "Dropout rate.")
     d.float("dropatt", XLNetConfig.dropatt, "Attention dropout rate.")
     d.integer("clamp_len", XLNetConfig.clamp_len, "Clamp relative distances (<= 0: no clamping).")
     d.enum("summary_type", DEFAULT_SUMMARY, SUMMARY_TYPES, "Sequence summary.")
-    d.section("Outputs")
+
+
+def _define_output_flags(d: Definer) -> None:
+    """Where a run writes: results, checkpoints, caches, exports."""
     d.string("output_dir", None, "Where results, predictions and cached TFRecords go (required).")
     d.string("model_dir", None, "Training checkpoints and TensorBoard (default OUTPUT_DIR/model).")
     d.string("cache_dir", None, "TFRecord cache (default OUTPUT_DIR/data).")
@@ -118,7 +134,10 @@ def define_common_flags(fv: flags.FlagValues, default_seq_len: int = 128, defaul
            "path on CPUs with AMX / AVX-512 BF16 and on GPUs.")
     d.bool("overwrite_output_dir", False, "Replace the run in --output_dir (its checkpoints and cached features) "
            "when it differs from this one; without it such a run refuses to start.")
-    d.section("What to do")
+
+
+def _define_data_flags(d: Definer, default_seq_len: int) -> None:
+    """What the run does, and how its data is cut and batched."""
     d.bool("do_train", False, "Train.")
     d.bool("do_eval", False, "Evaluate on the dev split.")
     d.bool("do_predict", False, "Predict the test split.")
@@ -133,7 +152,10 @@ def define_common_flags(fv: flags.FlagValues, default_seq_len: int = 128, defaul
     d.integer("length_multiple", 0, "Padded batch lengths are rounded up to a multiple of this (training and "
               "evaluation; each new length is traced once). 0: chosen by device and model size "
               "(data.lengths.default_multiple).", lower_bound=0)
-    d.section("Training")
+
+
+def _define_training_flags(d: Definer, default_lr: float) -> None:
+    """The training options (``TrainConfig``'s fields, its defaults)."""
     d.integer("train_batch_size", Plan.train_batch_size, "Global training batch size (per update; see "
               "grad_accum_steps).", lower_bound=1)
     d.integer("eval_batch_size", TaskOptions.eval_batch_size, "Evaluation batch size.", lower_bound=1)
@@ -168,7 +190,10 @@ def define_common_flags(fv: flags.FlagValues, default_seq_len: int = 128, defaul
     d.integer("iterations", TrainConfig.log_steps, "Log every N steps.")
     d.integer("seed", TrainConfig.seed, "Random seed.")
     d.bool("progress", TrainConfig.progress, "Show progress bars.")
-    d.section("Speed and memory")
+
+
+def _define_speed_flags(d: Definer) -> None:
+    """Precision, recomputation, the accelerations, XLA and the memory check."""
     d.enum("precision", TrainConfig.precision, PRECISIONS, "Compute precision.")
     d.bool("recompute", XLNetConfig.recompute, "Recompute each block's activations in the backward pass.")
     d.bool("accelerate", XLNetConfig.accelerate, "The accelerations of xlnet_tf/accel that apply on this host (XLA "
@@ -182,10 +207,6 @@ def define_common_flags(fv: flags.FlagValues, default_seq_len: int = 128, defaul
     d.bool("check_memory", True, "Refuse a run whose estimated memory (xlnet_tf.ram: parameters, optimizer state "
            "and the step's activations at this length and batch) exceeds this machine's memory, before any "
            "feature is written; false: run anyway.")
-    d.section("Distribution")
-    d.enum("strategy", "default", ["default", "mirrored", "multi_worker", "tpu"], "tf.distribute.")
-    d.string("tpu", None, "TPU name or address (with --strategy=tpu).")
-    d.integer("num_cpu_devices", None, "Split the CPU into N logical devices (testing mirrored).")
 
 
 def define_health_flag(fv: flags.FlagValues, results: str = "eval_results.json") -> None:

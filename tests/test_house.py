@@ -294,3 +294,20 @@ def test_function_local_imports_are_few_and_say_why():
     cache = {}
     assert _is_heavy("xlnet_tf.training", cache) and _is_heavy("xlnet_tf.heads.squad", cache)  # the check sees them
     assert not _is_heavy("xlnet_tf", cache) and not _is_heavy("xlnet_tf.tasks.squad.reader", cache)
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_function_outside_tests_and_benchmarks_is_longer_than_80_lines():
+    """A long function does several jobs: each piece gets a name for what it does (issue 71)."""
+    files = [path for top in PROJECT_CODE for path in _py_files(top)]
+    files += [os.path.join(REPO, f) for f in os.listdir(REPO) if f.endswith(".py")]
+    long = []
+    for path in files:
+        for node in ast.walk(ast.parse(open(path, encoding="utf-8").read(), path)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{os.path.relpath(path, REPO)}:{node.lineno} {node.name} ({lines} lines)")
+    assert not long, long
