@@ -107,8 +107,7 @@ def test_keras_example(tmp_path, monkeypatch):
     assert lang == "python"
     _link(shared_path("spiece", "spiece.model"), tmp_path / "spiece.model")
     scope = run_python(block, "keras.md", tmp_path, monkeypatch)
-    assert int(scope["model"].optimizer.iterations) == 2
-    assert scope["model"].predict(["A gem."], verbose=0).shape == (1, 2)
+    assert int(scope["model"].optimizer.iterations) == 2 and scope["logits"].shape == (1, 2)
 
 
 @pytest.mark.slow
