@@ -134,7 +134,6 @@ def test_serving_example(tmp_path, monkeypatch, sst2_run):
     assert {"label", "label_name", "probabilities", "logits"} <= set(scope["answer"])
 
 
-@pytest.mark.slow
 def test_checkpoints_example(tmp_path, monkeypatch):
     from xlnet_tf import XLNetConfig, XLNetModel, XLNetTokenizer
 
