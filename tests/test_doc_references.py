@@ -16,6 +16,9 @@ Checked:
   ``benchmarks.``, ``tests.``, ``run_common.``, ``run_state.``): the longest prefix that is a module file is
   taken, and what follows must be a top-level name of that file (defined, assigned or imported) and, after a
   class, a name of that class (class body or ``self.x =``), found with ``ast``.
+* in the prose of a .md file (outside code): a markdown link's target (relative to the file) and a guide named as
+  ``docs/NAME.md`` must exist, and a section cited as ``PERFORMANCE.md "Title"`` (or ``BUILD.md``, ``README``) must
+  begin a heading of that file (or a bold label opening a line, as BUILD.md's decisions).
 
 Skipped on purpose (a reference the test cannot judge, never a failure): globs and templates (``*``, ``?``, ``[``,
 ``{``, ``<family>``, ``...``), placeholders and paths outside the repo (``OUTPUT_DIR/...``, ``../shared/...``,
