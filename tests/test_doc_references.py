@@ -1,6 +1,7 @@
 """Every project path and dotted project name that the docs cite exists, so references cannot drift again.
 
-Scanned: README.md, BUILD.md and PERFORMANCE.md (inline backticks, and the words of fenced code blocks), and the
+Scanned: README.md, BUILD.md, PERFORMANCE.md and the guides under docs/ (inline backticks, and the words of fenced
+code blocks), and the
 docstrings and comments of every project .py file (``.venv``, hidden and ``__pycache__`` folders excluded).
 Read with ``ast``/``tokenize`` only: nothing is imported, so the test needs no TensorFlow.
 
@@ -15,6 +16,9 @@ Checked:
   ``benchmarks.``, ``tests.``, ``run_common.``, ``run_state.``): the longest prefix that is a module file is
   taken, and what follows must be a top-level name of that file (defined, assigned or imported) and, after a
   class, a name of that class (class body or ``self.x =``), found with ``ast``.
+* in the prose of a .md file (outside code): a markdown link's target (relative to the file) and a guide named as
+  ``docs/NAME.md`` must exist, and a section cited as ``PERFORMANCE.md "Title"`` (or ``BUILD.md``, ``README``) must
+  begin a heading of that file (or a bold label opening a line, as BUILD.md's decisions).
 
 Skipped on purpose (a reference the test cannot judge, never a failure): globs and templates (``*``, ``?``, ``[``,
 ``{``, ``<family>``, ``...``), placeholders and paths outside the repo (``OUTPUT_DIR/...``, ``../shared/...``,
@@ -32,6 +36,12 @@ from typing import Iterator, List, Optional, Set, Tuple
 from tests.conftest import REPO
 
 DOCS = ("README.md", "BUILD.md", "PERFORMANCE.md")
+
+
+def doc_files() -> List[str]:
+    """The root docs and every guide under docs/ (repo-relative)."""
+    guides = sorted(n for n in os.listdir(os.path.join(REPO, "docs")) if n.endswith(".md"))
+    return list(DOCS) + [f"docs/{n}" for n in guides]
 DOTTED_ROOTS = ("xlnet_tf", "tasks", "heads", "data", "benchmarks", "tests", "run_common", "run_state", "run_flags",
                 "run_main")
 SKIP_DIRS = {".venv", ".git", "__pycache__"}
@@ -52,7 +62,7 @@ def _top_level() -> Set[str]:
 # ---------------------------------------------------------------------------------------------- the texts
 def doc_texts() -> Iterator[Tuple[str, int, str]]:
     """(file, line, text) of every place that may cite something: .md lines, docstrings and comments."""
-    for name in DOCS:
+    for name in doc_files():
         with open(os.path.join(REPO, name), encoding="utf-8") as f:
             for i, line in enumerate(f, 1):
                 yield name, i, line
@@ -175,6 +185,39 @@ def _self_attributes(cls: ast.ClassDef) -> Set[str]:
             and isinstance(n.value, ast.Name) and n.value.id == "self"}
 
 
+MD_LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")  # [text](target)
+GUIDE = re.compile(r"(?<![\w/.])docs/[\w-]+\.md\b")  # a guide named in prose
+SECTION = re.compile(r"\b(PERFORMANCE\.md|BUILD\.md|README(?:\.md)?)`?,?\s+\"([^\"]+)\"")  # FILE "Section"
+
+
+BOLD_LABEL = re.compile(r"^(?:\* )?\*\*([^*]+)\*\*")  # "* **XLA where it pays** (...)": a decision's name
+
+
+def _headings(name: str) -> List[str]:
+    """The headings of a .md file, and the bold labels that open a line (BUILD.md's decisions)."""
+    with open(os.path.join(REPO, name), encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    return [line.lstrip("#").strip() for line in lines if line.startswith("#")] + \
+        [m.group(1) for line in lines if (m := BOLD_LABEL.match(line))]
+
+
+def prose_references(text: str, source: str) -> List[str]:
+    """What a line of a .md file cites outside backticks: link targets and guides (must exist, relative to the
+    file for a link), and ``FILE "Section"`` (a heading of that file must start with the quoted words)."""
+    found = []
+    for target in MD_LINK.findall(text):
+        if "://" not in target and not os.path.exists(os.path.join(REPO, os.path.dirname(source), target)):
+            found.append(f"no such link target {target}")
+    for guide in GUIDE.findall(text):
+        if not os.path.exists(os.path.join(REPO, guide)):
+            found.append(f"no such guide {guide}")
+    for name, section in SECTION.findall(text):
+        name = "README.md" if name.startswith("README") else name
+        if not any(h.startswith(section) for h in _headings(name)):
+            found.append(f'{name} has no section "{section}"')
+    return found
+
+
 def stale_references() -> List[str]:
     top = _top_level()
     found, fence = [], {}
@@ -182,6 +225,8 @@ def stale_references() -> List[str]:
         if source.endswith(".md") and text.lstrip().startswith("```"):
             fence[source] = not fence.get(source, False)
             continue
+        if source.endswith(".md") and not fence.get(source, False):
+            found += [f"{source}:{line}: {why}" for why in prose_references(text, source)]
         for word in references(text, fenced=fence.get(source, False)):
             why = check(word, source, top, paths_only=fence.get(source, False))
             if why:
@@ -208,3 +253,12 @@ def test_the_matcher_flags_what_is_gone_and_skips_what_it_cannot_judge():
     assert [check(w, "README.md", top) for w in references(skipped)] == [None] * 7
     assert check("results/no_such.md", "benchmarks/memory_levers.py", top)
     assert references("python benchmarks/backbone.py --quick", fenced=True)[1] == "benchmarks/backbone.py"
+
+
+def test_links_guides_and_cited_sections_are_checked():
+    bad = 'see [x](nothing.md), docs/no_such_guide.md and PERFORMANCE.md "No such section"'
+    assert len(prose_references(bad, "README.md")) == 3
+    good = ('[k](docs/keras.md), docs/serving.md, BUILD.md "XLA where it pays", PERFORMANCE.md "Test suite", '
+            '[up](../README.md), [web](https://example.com)')
+    assert prose_references(good.replace("[up](../README.md), ", ""), "README.md") == []
+    assert prose_references("[up](../README.md)", "docs/keras.md") == []
