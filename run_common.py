@@ -187,6 +187,7 @@ def plan(F, do_eval: Optional[bool] = None, do_predict: Optional[bool] = None, r
                         do_eval=F.do_eval if do_eval is None else do_eval,
                         do_predict=F.do_predict if do_predict is None else do_predict,
                         export_dir=F.export_dir, export_precision=EXPORT_PRECISIONS[F.export_precision],
+                        export_format=F.export_format,
                         export_huggingface=F.export_huggingface,
                         eval_all_checkpoints=F.eval_all_ckpt,
                         train_batch_size=F.train_batch_size, results_dir=results_dir,

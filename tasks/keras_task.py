@@ -355,9 +355,15 @@ class XLNetTask(TaskModel):
         return default_multiple(self.config, accelerated=bool(tf.config.list_logical_devices("GPU")))
 
     # ------------------------------------------------------------------ export
-    def export(self, filepath, precision: Optional[str] = None, **kwargs):
-        """The command lines' SavedModel (``--export_dir``): ``serving_default`` on raw text, ``serve_ids``;
-        needs only tensorflow and tensorflow_text to serve. ``precision``: ``--export_precision``'s policies."""
+    def export(self, filepath, format: str = "tf_saved_model", precision: Optional[str] = None, **kwargs):
+        """The command lines' export (``--export_dir``, ``--export_format``), in Keras' format names
+        (``tasks/export_formats.py``): "tf_saved_model" (``serving_default`` on raw text, ``serve_ids``; needs only
+        tensorflow and tensorflow_text to serve), "onnx", "openvino" (raw text through the folder's ``serve.py``
+        with that runtime only); anything else is refused in one line before any work. ``precision``:
+        ``--export_precision``'s policies."""
+        from xlnet_tf.tasks import export_formats
+
+        export_formats.check_format(format, memory=bool(getattr(self, "memory", False)), task=getattr(self, "export_kind", type(self).__name__))
         model = self
         if precision is not None and precision != hardware.policy_name(self):
             hardware.validate_precision(precision)
@@ -370,8 +376,8 @@ class XLNetTask(TaskModel):
             model.set_weights(self.get_weights())
             object.__setattr__(model, "_tok", self._tok)
         module = model.serving_module()
-        path = module.export(filepath, **self.export_options())
-        log.info("exported SavedModel to %s", filepath)
+        path = export_formats.export(module, filepath, format, **self.export_options())
+        log.info("exported %s to %s", format, filepath)
         return path
 
     def export_options(self) -> Dict[str, Any]:

@@ -166,7 +166,7 @@ class RaceRun(runner.TaskSpec):
                         + "\t".join(f"{x:.6f}" for x in np.asarray(p, np.float64)) + "\n")
         return path
 
-    def export(self, model, export_dir):
+    def export(self, model, export_dir, fmt="tf_saved_model"):  # (only a SavedModel: ``check_export``)
         from xlnet_tf.tasks.race.serving import RaceServing
 
         o = self.options

@@ -151,7 +151,7 @@ class SquadRun(runner.TaskSpec):
             log.info("%s has no gold answers: predictions written to %s, nothing scored", self.sources["predict"][1],
                      results_dir)
 
-    def export(self, model, export_dir):
+    def export(self, model, export_dir, fmt="tf_saved_model"):  # (only a SavedModel: ``check_export``)
         from xlnet_tf.tasks.squad.serving import SquadServing  # TensorFlow
 
         o, q = self.options, self.squad

@@ -1,0 +1,231 @@
+"""Exports in Keras' format names (``XLNetTask.export(path, format=...)``, ``--export_format``): one function per
+format, each from the same serving module as the SavedModel (``ClassifierServing``: its ``serve_ids`` graph and
+its layout constants), each written to a temporary folder and renamed into place with a ``serving_info.json``.
+
+* ``tf_saved_model``: the SavedModel (``ServingModule.export``), the default.
+* ``onnx``: ``model.onnx`` (the ids graph through tf2onnx, every tf2onnx optimizer but its ``reshape_optimizer``,
+  which resolves the relative attention's head split to a wrong shape that ONNX Runtime rejects) and
+  ``tokenizer.onnx`` (onnxruntime-extensions' ``SentencepieceTokenizer`` over the export's spiece.model bytes).
+* ``openvino``: ``model.xml/.bin`` (``openvino.convert_model`` of the ids graph, weights kept float32) and
+  ``tokenizer.xml/.bin`` (openvino-tokenizers' ``SentencepieceTokenizer`` over the same bytes).
+
+Both carry ``serve.py`` (``tasks/serve_runtime.py``: text normalisation, the digit-comma rule, the layout and
+the length groups, in numpy; the same names in and out as ``serving_default``), ``layout.json`` (its constants)
+and ``pieces.json`` (the vocabulary). Served with their runtime only: neither TensorFlow nor xlnet_tf.
+What they do not hold is refused in one line before any work: tasks other than the classifier (RACE and SQuAD:
+``tf_saved_model``), memory mode (its window loop), and ``litert`` (XLNet's in-graph SentencePiece and dynamic
+lengths have no TFLite builtin).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from typing import Dict, Optional
+
+FORMATS = ("tf_saved_model", "onnx", "openvino")
+REFUSED = {"litert": "XLNet's in-graph SentencePiece and dynamic lengths have no TFLite builtin ops"}
+# What each format needs to be written and served (the pip extras of pyproject.toml).
+NEEDS = {"onnx": ("tf2onnx", "onnx", "onnxruntime", "onnxruntime_extensions"),
+         "openvino": ("openvino", "openvino_tokenizers")}
+RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "serve_runtime.py")
+ONNX_OPSET = 17
+
+
+def check_format(fmt: str, memory: bool = False, task: str = "classifier") -> str:
+    """``fmt`` if this export can be written, else ValueError in one line naming it and the accepted ones."""
+    if fmt in REFUSED:
+        raise ValueError(f"export format {fmt!r}: not available ({REFUSED[fmt]}); accepted: {', '.join(FORMATS)}")
+    if fmt not in FORMATS:
+        raise ValueError(f"export format {fmt!r}: unknown; accepted: {', '.join(FORMATS)}")
+    if fmt != "tf_saved_model":
+        if task != "classifier":
+            raise ValueError(f"export format {fmt!r}: the {task} export is a SavedModel only so far "
+                             f"(format='tf_saved_model')")
+        if memory:
+            raise ValueError(f"export format {fmt!r}: memory mode (long documents in windows with memory) is a "
+                             f"SavedModel only (format='tf_saved_model')")
+        missing = [m for m in NEEDS[fmt] if _missing(m)]
+        if missing:
+            raise ValueError(f"export format {fmt!r} needs {', '.join(missing)}: pip install 'xlnet-tf[{fmt}]'")
+    return fmt
+
+
+def _missing(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is None
+
+
+def export(module, path: str, fmt: str = "tf_saved_model", **text_options) -> str:
+    """``module`` (a task's ``ServingModule``) written as ``fmt`` at ``path``."""
+    task = "classifier" if type(module).__name__ == "ClassifierServing" else type(module).__name__
+    check_format(fmt, memory=bool(getattr(module, "memory", False)), task=task)
+    if fmt == "tf_saved_model":
+        return module.export(path, **text_options)
+    return {"onnx": export_onnx, "openvino": export_openvino}[fmt](module, path, **text_options)
+
+
+# ---------------------------------------------------------------------------------------------- shared parts
+def ids_function(module):
+    """The serving module's ``serve_ids`` without its string output (``label_name``: the runner names the label),
+    traced without the compiled attention kernel: (concrete function, its numeric output names)."""
+    import tensorflow as tf
+
+    from xlnet_tf import accel
+
+    module._build_position_tables()
+    spec = tf.TensorSpec([None, None], tf.int32)
+
+    @tf.function(input_signature=[spec, spec, spec], autograph=False)
+    def serve_ids(input_ids, segment_ids, padding_mask):
+        out = module._outputs({"input_ids": input_ids, "segment_ids": segment_ids, "padding_mask": padding_mask})
+        return {k: v for k, v in out.items() if v.dtype != tf.string}
+
+    with accel.portable_graph():
+        return serve_ids.get_concrete_function()
+
+
+def layout(module, fmt: str, pair: bool) -> Dict:
+    """The runner's constants (``layout.json``)."""
+    from xlnet_tf.export import GROUP_COST_TOKENS, SEG_PAD_CLASSIFIER
+    from xlnet_tf.lengths import SERVING_MULTIPLE
+
+    tok = module.tokenizer
+    names = None if module.regression else [n.decode("utf-8") for n in module.label_names.numpy().tolist()]
+    return {"format": fmt, "task": "classifier", "pair": bool(pair), "precision": "f32",
+            "max_seq_length": module.max_seq_length, "sep_id": module.sep_id, "cls_id": module.cls_id,
+            "seg_pad": SEG_PAD_CLASSIFIER, "lower": bool(tok.lower), "remove_space": bool(tok.remove_space),
+            "keep_accents": bool(tok.keep_accents), "label_names": names, "max_groups": int(module.max_groups),
+            "group_cost_tokens": GROUP_COST_TOKENS, "serving_multiple": SERVING_MULTIPLE,
+            "exact_single_row": bool(module.exact_single_row)}
+
+
+def _spiece_proto(module) -> bytes:
+    return bytes(module.tokenizer._spm._proto)
+
+
+def _pieces(proto: bytes):
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_proto=proto)
+    return [sp.IdToPiece(i) for i in range(sp.GetPieceSize())]
+
+
+def _write_common(module, tmp: str, fmt: str, pair: bool, files: Dict[str, str]) -> None:
+    from xlnet_tf.export import serving_info
+    from xlnet_tf.fileutil import write_json
+
+    lay = layout(module, fmt, pair)
+    write_json(os.path.join(tmp, "layout.json"), lay, indent=1)
+    with open(os.path.join(tmp, "pieces.json"), "w", encoding="utf-8") as f:
+        json.dump(_pieces(_spiece_proto(module)), f, ensure_ascii=False)
+    shutil.copyfile(RUNNER, os.path.join(tmp, "serve.py"))
+    info = serving_info(module)
+    info.update({"format": fmt, "files": files,
+                 "inputs": ["text_a", "text_b"] if pair else ["text_a"],
+                 "outputs": ["logits", "probabilities", "label", "label_name"] if lay["label_names"] else ["score"],
+                 "serve": "import sys; sys.path.insert(0, EXPORT_DIR); import serve; "
+                          "serve.load(EXPORT_DIR)(text_a=[...]" + (", text_b=[...])" if pair else ")"),
+                 "serving_process": FORMAT_CHOICE})
+    write_json(os.path.join(tmp, "serving_info.json"), info, indent=1)
+
+
+# Which format to pick, by CPU family and batch size, as measured (PERFORMANCE.md "Serving in other runtimes").
+FORMAT_CHOICE = {
+    "needs": {"tf_saved_model": "tensorflow and tensorflow_text",
+              "onnx": "onnxruntime and onnxruntime-extensions (pip install 'xlnet-tf[onnx]')",
+              "openvino": "openvino and openvino-tokenizers (pip install 'xlnet-tf[openvino]')"},
+    "avx512_bf16 (AMD EPYC, no AMX)": "see PERFORMANCE.md 'Serving in other runtimes'",
+    "not measured": "AVX2-only cores, AMX (Intel Sapphire Rapids and later), ARM",
+}
+
+
+# ---------------------------------------------------------------------------------------------- OpenVINO
+def export_openvino(module, path: str, pair: bool = False) -> str:
+    """``module``'s ids graph and tokenizer as OpenVINO IR (module docstring)."""
+    import numpy as np
+    import openvino as ov
+    from openvino import Type, opset13 as opset
+    from openvino_tokenizers import _get_factory
+
+    from xlnet_tf.fileutil import atomic_directory
+
+    model = ov.convert_model(ids_function(module))
+    for port in model.inputs:
+        port.get_tensor().set_names({port.get_any_name().split(":")[0]})
+    text = opset.parameter(ov.PartialShape([-1]), Type.string, name="text")
+    spm_bytes = opset.constant(np.frombuffer(_spiece_proto(module), np.uint8))
+    node = _get_factory().create("SentencepieceTokenizer", [spm_bytes, *text.outputs()],
+                                 {"add_bos": False, "add_eos": False, "reverse": False, "alpha": 0.0,
+                                  "nbest_size": 0})
+    indices, values, _ = node.outputs()
+    indices.get_tensor().set_names({"indices"})
+    values.get_tensor().set_names({"values"})
+    tokenizer = ov.Model([indices, values], [text], "xlnet_sentencepiece")
+    with atomic_directory(path) as tmp:
+        ov.save_model(model, os.path.join(tmp, "model.xml"), compress_to_fp16=False)
+        ov.save_model(tokenizer, os.path.join(tmp, "tokenizer.xml"), compress_to_fp16=False)
+        _write_common(module, tmp, "openvino", pair, {"model": "model.xml", "tokenizer": "tokenizer.xml",
+                                                      "runner": "serve.py"})
+    return path
+
+
+# ---------------------------------------------------------------------------------------------- ONNX
+def export_onnx(module, path: str, pair: bool = False) -> str:
+    """``module``'s ids graph and tokenizer as ONNX (module docstring)."""
+    import onnx
+    from onnx import TensorProto, helper
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+    import tensorflow as tf
+    from tf2onnx import optimizer, tfonnx
+
+    from xlnet_tf.fileutil import atomic_directory
+
+    traced = ids_function(module)
+    out_names = sorted(traced.structured_outputs)  # a dict's outputs, flattened in sorted key order
+    fn = convert_variables_to_constants_v2(traced)
+    inputs = [t.name for t in fn.inputs]
+    outputs = [t.name for t in fn.outputs]
+    rename = dict(zip(inputs, [n.split(":")[0] for n in inputs]))
+    rename.update(zip(outputs, out_names))
+    with tf.Graph().as_default() as graph:
+        tf.import_graph_def(fn.graph.as_graph_def(), name="")
+        g = tfonnx.process_tf_graph(graph, opset=ONNX_OPSET, input_names=inputs, output_names=outputs,
+                                    tensors_to_rename=rename)
+    passes = {k: v for k, v in optimizer._optimizers.items() if k != "reshape_optimizer"}
+    g = optimizer.optimize_graph(g, catch_errors=False, optimizers=passes)
+    model = g.make_model("xlnet_tf serve_ids")
+
+    text = helper.make_tensor_value_info("text", TensorProto.STRING, [None])
+    consts = [helper.make_tensor("nbest_size", TensorProto.INT64, [], [0]),
+              helper.make_tensor("alpha", TensorProto.FLOAT, [], [0.0]),
+              helper.make_tensor("add_bos", TensorProto.BOOL, [], [False]),
+              helper.make_tensor("add_eos", TensorProto.BOOL, [], [False]),
+              helper.make_tensor("reverse", TensorProto.BOOL, [], [False])]
+    node = helper.make_node("SentencepieceTokenizer", ["text"] + [c.name for c in consts],
+                            ["ids", "row_splits"], domain="ai.onnx.contrib", model=_spiece_proto(module))
+    tok_graph = helper.make_graph([node], "xlnet_sentencepiece", [text],
+                                  [helper.make_tensor_value_info("ids", TensorProto.INT32, [None]),
+                                   helper.make_tensor_value_info("row_splits", TensorProto.INT64, [None])],
+                                  initializer=consts)
+    tokenizer = helper.make_model(tok_graph, opset_imports=[helper.make_opsetid("", ONNX_OPSET),
+                                                            helper.make_opsetid("ai.onnx.contrib", 1)])
+    with atomic_directory(path) as tmp:
+        onnx.save(model, os.path.join(tmp, "model.onnx"))
+        onnx.save(tokenizer, os.path.join(tmp, "tokenizer.onnx"))
+        _write_common(module, tmp, "onnx", pair, {"model": "model.onnx", "tokenizer": "tokenizer.onnx",
+                                                  "runner": "serve.py"})
+    return path
+
+
+def load_runner(path: str, precision: Optional[str] = None):
+    """The export's own ``serve.py`` loaded from ``path`` (what a deployer runs), for tests and benchmarks."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"xlnet_export_serve_{abs(hash(path))}",
+                                                  os.path.join(path, "serve.py"))
+    serve = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(serve)
+    return serve.load(path, precision=precision)
