@@ -180,6 +180,16 @@ def model_dir(F) -> str:
     return F.model_dir or os.path.join(F.output_dir, "model")
 
 
+def check_export(F, spec) -> None:
+    """A ``--export_format`` the task's export cannot be written in (memory mode, RACE, SQuAD: SavedModels only),
+    refused in one line before ``start_run`` (the format name itself: ``Plan.check``)."""
+    if F.export_dir:
+        try:
+            spec.check_export(F.export_format)
+        except ValueError as e:
+            raise ValueError(f"--export_format: {e}") from None
+
+
 def plan(F, do_eval: Optional[bool] = None, do_predict: Optional[bool] = None, results_dir: Optional[str] = None):
     """The runner's ``Plan`` from the flags (``do_eval`` / ``do_predict`` override theirs), checked (something to
     do) before any work."""

@@ -334,6 +334,12 @@ OURS_SERVING = {"ours": "", "ours_one_call": "one_call_", "ours_bf16": "bf16_", 
                 "ours_no_tables": "no_tables_", "ours_rounded": "rounded_"}
 ORT_SERVING = {"ort": "onnx", "ort_int8": "onnx_int8"}  # ONNX Runtime workers -> their model file (dirs' key)
 ORT_THREADS = 2
+# Our ONNX / OpenVINO exports (tasks/export_formats.py), served by their own serve.py (no TensorFlow in the
+# worker): worker -> (export, precision); dirs' key ``{export}_{L}``.
+FORMAT_SERVING = {"ours_onnx": ("format_onnx", "f32"), "ours_openvino": ("format_openvino", "f32"),
+                  "ours_openvino_bf16": ("format_openvino", "bf16")}
+# OpenVINO on HF's graph (the ONNX file torch.onnx.export wrote for the ``ort`` peer): worker -> precision.
+OV_SERVING = {"ov": "f32", "ov_bf16": "bf16"}
 
 
 def make_serving_models(config, tok, workdir, ours=("ours", "ours_one_call", "ours_bf16")):
@@ -380,6 +386,12 @@ def make_serving_models(config, tok, workdir, ours=("ours", "ours_one_call", "ou
         if "ours_bf16" in ours:
             dirs[f"bf16_{L}"] = ClassifierServing(bf16, tok, L, label_names=["0", "1"]).export(
                 os.path.join(workdir, f"ours_bf16_{L}"))
+        from xlnet_tf.tasks import export_formats
+
+        for fmt in sorted({FORMAT_SERVING[v][0] for v in ours if v in FORMAT_SERVING}):
+            dirs[f"{fmt}_{L}"] = export_formats.export(ClassifierServing(model, tok, L, label_names=["0", "1"]),
+                                                       os.path.join(workdir, f"ours_{fmt}_{L}"),
+                                                       fmt[len("format_"):])
     return dirs
 
 
@@ -439,6 +451,31 @@ def build_serving(spec):
     """serve(L, texts) -> probabilities [n, 2] for one call, from raw text."""
     import numpy as np
 
+    if spec["impl"] in FORMAT_SERVING:  # the export's own serve.py: numpy + the runtime, no TensorFlow
+        import importlib.util
+
+        fmt, precision = FORMAT_SERVING[spec["impl"]]
+        served = {}
+        for L in SERVE_BATCHES:
+            folder = spec["dirs"][f"{fmt}_{L}"]
+            mod_spec = importlib.util.spec_from_file_location(f"serve_{L}", os.path.join(folder, "serve.py"))
+            serve_py = importlib.util.module_from_spec(mod_spec)
+            mod_spec.loader.exec_module(serve_py)
+            served[L] = serve_py.load(folder, precision=precision, threads=ORT_THREADS)
+        return lambda L, texts: served[L](text_a=texts)["probabilities"]
+    if spec["impl"] in OV_SERVING:
+        import openvino as ov
+        import transformers
+
+        tok = transformers.XLNetTokenizer(spec["spm"])
+        compiled = ov.Core().compile_model(spec["dirs"]["onnx"], "CPU", {
+            "INFERENCE_PRECISION_HINT": OV_SERVING[spec["impl"]], "INFERENCE_NUM_THREADS": ORT_THREADS})
+
+        def serve(L, texts):
+            enc = tok(texts, padding="longest", truncation=True, max_length=L, return_tensors="np")
+            out = compiled({k: enc[k].astype(np.int64) for k in ("input_ids", "attention_mask", "token_type_ids")})
+            return out[compiled.outputs[0]]
+        return serve
     if spec["impl"] in OURS_SERVING:
         import tensorflow as tf
         import tensorflow_text  # noqa: F401  (registers the SentencePiece op, as a serving process does)
@@ -482,7 +519,7 @@ def build_serving(spec):
 
 
 def serving(config, tok, sets, reps, workdir, hf_threads, hf_variants, log, ours=("ours", "ours_one_call", "ours_bf16"),
-            ort_variants=(), groups=None, batches=()):
+            ort_variants=(), groups=None, batches=(), ov_variants=()):
     """Texts/s from raw text, each implementation in its own worker, the same weights: our SavedModel (each call
     in length groups; and as one call padded to its longest text) vs HF's tokenizer + model (padded to the
     longest; and to max_seq_length, the per-token reference), HF's pipeline and ONNX Runtime on HF's model
@@ -491,7 +528,7 @@ def serving(config, tok, sets, reps, workdir, hf_threads, hf_variants, log, ours
     after the other (None: all at once); ours' answers from the first group are every group's reference.
     ``batches``: the (max_seq_length, batch size) pairs timed (empty: every one of ``SERVE_BATCHES``)."""
     dirs = make_serving_models(config, tok, workdir, ours)
-    if ort_variants:
+    if ort_variants or ov_variants:
         import subprocess
 
         out = subprocess.run([sys.executable, os.path.abspath(__file__), "--export_onnx", dirs["hf"],
@@ -502,6 +539,7 @@ def serving(config, tok, sets, reps, workdir, hf_threads, hf_variants, log, ours
     with open(texts_path, "w") as f:
         json.dump({name: texts for name, (texts, L) in sets.items()}, f)
     specs = [dict(impl=i) for i in ours] + [dict(impl=i, threads=ORT_THREADS) for i in ort_variants]
+    specs += [dict(impl=i, threads=ORT_THREADS) for i in ov_variants]
     specs += [dict(impl=i, threads=t) for t in hf_threads for i in hf_variants]
     label = lambda spec: spec["impl"] + (f" {spec['threads']}t" if "threads" in spec else "")  # noqa: E731
     by_label = {label(sp): sp for sp in specs}
@@ -564,6 +602,9 @@ def main(argv=None) -> int:
                     "export's positional tables (ours_no_tables), batch 1 rounded up to a multiple of 8 (ours_rounded)")
     ap.add_argument("--ort_variants", default="", help="ONNX Runtime serving workers on HF's model exported to ONNX: "
                     "float32 (ort), int8 dynamic quantisation (ort_int8); needs benchmarks/setup_peer_onnxruntime.sh")
+    ap.add_argument("--ov_variants", default="", help="OpenVINO serving workers on HF's model exported to ONNX "
+                    "(the ort peers' file): float32 (ov), bfloat16 (ov_bf16: native-bf16 CPUs); our own exports are "
+                    "ours_onnx, ours_openvino, ours_openvino_bf16 in --ours_variants")
     ap.add_argument("--serving_groups", default="", help="workers alive (and interleaved) together, groups run one "
                     "after the other: labels comma-separated, groups by '/', e.g. 'ours,ort/ours,ort_int8,hf 2t' "
                     "(default: all at once)")
@@ -599,9 +640,11 @@ def main(argv=None) -> int:
                 [int(t) for t in args.hf_threads.split(",")], [v for v in args.hf_variants.split(",") if v], log,
                 [v for v in args.ours_variants.split(",") if v], [v for v in args.ort_variants.split(",") if v],
                 [[x.strip() for x in g.split(",") if x.strip()] for g in args.serving_groups.split("/") if g.strip()],
-                [tuple(int(n) for n in p.split(":")) for p in args.serving_batches.split(",") if p])
+                [tuple(int(n) for n in p.split(":")) for p in args.serving_batches.split(",") if p],
+                [v for v in args.ov_variants.split(",") if v])
     out.update({"config": config, "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "flags": cpu_flags()},
-                "versions": versions(["tensorflow", "keras", "torch", "transformers", "onnxruntime", "onnx"]),
+                "versions": versions(["tensorflow", "keras", "torch", "transformers", "onnxruntime", "onnx",
+                                      "onnxruntime-extensions", "openvino", "openvino-tokenizers", "tf2onnx"]),
                 "command": shlex.join(["python", "benchmarks/real_lengths.py"] + list(argv or sys.argv[1:]))})
     write_json(path, out)
     return 0

@@ -108,3 +108,22 @@ def test_memory_mode_and_other_tasks_are_refused_in_one_line():
         check_format("onnx", memory=True)
     with pytest.raises(ValueError, match=r"^export format 'openvino': the SquadServing export is a SavedModel"):
         check_format("openvino", task="SquadServing")
+
+
+def test_the_command_line_refuses_a_format_before_any_work(glue, tmp_path):
+    """``--export_format``: an unknown or unservable format is one ``error:`` line before any feature or checkpoint
+    is written; so is a format the task's export cannot be written in (memory mode here)."""
+    import run_classifier
+    from tests.cli_util import refused
+    from tests.conftest import glue_args, records
+
+    out = tmp_path / "run"
+    args = glue_args(glue, "SST-2", out, f"--export_dir={tmp_path / 'export'}")
+    line = refused(run_classifier, *args, "--export_format=litert")
+    assert line.startswith("error: --export_format: export format 'litert': not available"), line
+    line = refused(run_classifier, *args, "--export_format=savedmodel")
+    assert line == ("error: --export_format: export format 'savedmodel': unknown; accepted: tf_saved_model, onnx, "
+                    "openvino"), line
+    line = refused(run_classifier, *args, "--export_format=onnx", "--long_doc_mode=memory", "--max_segments=2")
+    assert "export format 'onnx': memory mode" in line, line
+    assert records(out) == [] and not (out / "model").exists() and not (tmp_path / "export").exists()
