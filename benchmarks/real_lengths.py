@@ -356,9 +356,8 @@ def make_serving_models(config, tok, workdir, ours=("ours", "ours_one_call", "ou
     from xlnet_tf import XLNetConfig
     from xlnet_tf.task_model import TaskModel
 
-    cfg = XLNetConfig(n_token=32000, ff_activation="gelu", untie_r=True, dropout=0.0, dropatt=0.0, **config)
-    model = TaskModel(cfg, ClassificationHead(cfg.d_model, 2, n_head=cfg.n_head, d_head=cfg.d_head), seed=1)
-    model.build_with({k: tf.zeros([1, 8], tf.int32) for k in ("input_ids", "segment_ids", "padding_mask")})
+    model = serving_model(config)
+    cfg = model.config
     dirs = {"hf": os.path.join(workdir, "hf")}
     model.save_pretrained(dirs["hf"], format="huggingface")
     if "ours_bf16" in ours:
@@ -386,13 +385,55 @@ def make_serving_models(config, tok, workdir, ours=("ours", "ours_one_call", "ou
         if "ours_bf16" in ours:
             dirs[f"bf16_{L}"] = ClassifierServing(bf16, tok, L, label_names=["0", "1"]).export(
                 os.path.join(workdir, f"ours_bf16_{L}"))
-        from xlnet_tf.tasks import export_formats
+    formats = sorted({FORMAT_SERVING[v][0] for v in ours if v in FORMAT_SERVING})
+    if formats:  # each written by a process of its own (a converter's copies of the graph leave with it)
+        import subprocess
 
-        for fmt in sorted({FORMAT_SERVING[v][0] for v in ours if v in FORMAT_SERVING}):
-            dirs[f"{fmt}_{L}"] = export_formats.export(ClassifierServing(model, tok, L, label_names=["0", "1"]),
-                                                       os.path.join(workdir, f"ours_{fmt}_{L}"),
-                                                       fmt[len("format_"):])
+        import numpy as np
+
+        weights = os.path.join(workdir, "weights.npz")
+        np.savez(weights, *model.get_weights())
+        for L in SERVE_BATCHES:
+            for fmt in formats:
+                dirs[f"{fmt}_{L}"] = os.path.join(workdir, f"ours_{fmt}_{L}")
+                subprocess.run([sys.executable, os.path.abspath(__file__), "--export_format",
+                                json.dumps(dict(config=config, weights=weights, L=L, format=fmt[len("format_"):],
+                                                path=dirs[f"{fmt}_{L}"]))], check=True)
     return dirs
+
+
+def serving_model(config):
+    """The random XLNet-Base-shaped classifier every serving side gets the weights of."""
+    import tensorflow as tf
+
+    from xlnet_tf import XLNetConfig
+    from xlnet_tf.heads.classification import ClassificationHead
+    from xlnet_tf.task_model import TaskModel
+
+    cfg = XLNetConfig(n_token=32000, ff_activation="gelu", untie_r=True, dropout=0.0, dropatt=0.0, **config)
+    model = TaskModel(cfg, ClassificationHead(cfg.d_model, 2, n_head=cfg.n_head, d_head=cfg.d_head), seed=1)
+    model.build_with({k: tf.zeros([1, 8], tf.int32) for k in ("input_ids", "segment_ids", "padding_mask")})
+    return model
+
+
+def export_format(spec):
+    """``--export_format SPEC``: the serving model with the saved weights, exported by
+    ``tasks/export_formats.py`` in the format asked (its own process); prints the peak RSS."""
+    import numpy as np
+
+    from xlnet_tf import XLNetTokenizer
+    from xlnet_tf.tasks import export_formats
+    from xlnet_tf.tasks.classification.serving import ClassifierServing
+
+    model = serving_model(spec["config"])
+    with np.load(spec["weights"]) as w:
+        model.set_weights([w[f"arr_{i}"] for i in range(len(w.files))])
+    tok = XLNetTokenizer(os.path.join(shared_dir(), "spiece", "spiece.model"))
+    t = time.perf_counter()
+    export_formats.export(ClassifierServing(model, tok, spec["L"], label_names=["0", "1"]), spec["path"],
+                          spec["format"])
+    print(f"export {spec['format']} L {spec['L']}: {time.perf_counter() - t:.1f} s, peak RSS "
+          f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB", flush=True)
 
 
 def export_onnx(hf_dir: str, out_dir: str) -> dict:
@@ -612,9 +653,13 @@ def main(argv=None) -> int:
                     "'128:1,128:32,512:1' (default: all of SST-2 128:1, 128:32 and IMDB 512:1, 512:32)")
     ap.add_argument("--workdir", default=os.path.join(ROOT, "recipes_work", "real_lengths"))
     ap.add_argument("--export_onnx", nargs=2, metavar=("HF_DIR", "OUT_DIR"), help=argparse.SUPPRESS)
+    ap.add_argument("--export_format", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         worker(args.worker)
+        return 0
+    if args.export_format:
+        export_format(json.loads(args.export_format))
         return 0
     if args.export_onnx:
         print(PROTO + "ONNX " + json.dumps(export_onnx(*args.export_onnx)), flush=True)

@@ -3,8 +3,10 @@ format, each from the same serving module as the SavedModel (``ClassifierServing
 its layout constants), each written to a temporary folder and renamed into place with a ``serving_info.json``.
 
 * ``tf_saved_model``: the SavedModel (``ServingModule.export``), the default.
-* ``onnx``: ``model.onnx`` (the ids graph through tf2onnx, every tf2onnx optimizer but its ``reshape_optimizer``,
-  which resolves the relative attention's head split to a wrong shape that ONNX Runtime rejects) and
+* ``onnx``: ``model.onnx`` (the ids graph through tf2onnx without tf2onnx's own graph optimizers: its
+  ``reshape_optimizer`` resolves the relative attention's head split to a shape ONNX Runtime rejects, and its
+  passes copy the graph at every step, 7.4 GB peak for a 2-layer d_model 768 model; ONNX Runtime optimizes the
+  graph itself when it loads it) and
   ``tokenizer.onnx`` (onnxruntime-extensions' ``SentencepieceTokenizer`` over the export's spiece.model bytes).
 * ``openvino``: ``model.xml/.bin`` (``openvino.convert_model`` of the ids graph, weights kept float32) and
   ``tokenizer.xml/.bin`` (openvino-tokenizers' ``SentencepieceTokenizer`` over the same bytes).
@@ -12,9 +14,10 @@ its layout constants), each written to a temporary folder and renamed into place
 Both carry ``serve.py`` (``tasks/serve_runtime.py``: text normalisation, the digit-comma rule, the layout and
 the length groups, in numpy; the same names in and out as ``serving_default``), ``layout.json`` (its constants)
 and ``pieces.json`` (the vocabulary). Served with their runtime only: neither TensorFlow nor xlnet_tf.
-What they do not hold is refused in one line before any work: tasks other than the classifier (RACE and SQuAD:
-``tf_saved_model``), memory mode (its window loop), and ``litert`` (XLNet's in-graph SentencePiece and dynamic
-lengths have no TFLite builtin).
+Written for the classifier and RACE (``RaceServing``: ``serving_default(article, question, options)``). What they
+do not hold is refused in one line before any work: SQuAD (its windows and answer search: ``tf_saved_model``),
+memory mode (its window loop), and ``litert`` (XLNet's in-graph SentencePiece and dynamic lengths have no TFLite
+builtin).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ NEEDS = {"onnx": ("tf2onnx", "onnx", "onnxruntime", "onnxruntime_extensions"),
          "openvino": ("openvino", "openvino_tokenizers")}
 RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "serve_runtime.py")
 ONNX_OPSET = 17
+# The serving modules these formats are written for (the runner's ``layout["task"]``).
+TASKS = {"ClassifierServing": "classifier", "RaceServing": "race"}
 
 
 def check_format(fmt: str, memory: bool = False, task: str = "classifier") -> str:
@@ -40,7 +45,7 @@ def check_format(fmt: str, memory: bool = False, task: str = "classifier") -> st
     if fmt not in FORMATS:
         raise ValueError(f"export format {fmt!r}: unknown; accepted: {', '.join(FORMATS)}")
     if fmt != "tf_saved_model":
-        if task != "classifier":
+        if task not in TASKS.values():
             raise ValueError(f"export format {fmt!r}: the {task} export is a SavedModel only so far "
                              f"(format='tf_saved_model')")
         if memory:
@@ -60,7 +65,7 @@ def _missing(module: str) -> bool:
 
 def export(module, path: str, fmt: str = "tf_saved_model", **text_options) -> str:
     """``module`` (a task's ``ServingModule``) written as ``fmt`` at ``path``."""
-    task = "classifier" if type(module).__name__ == "ClassifierServing" else type(module).__name__
+    task = TASKS.get(type(module).__name__, type(module).__name__)
     check_format(fmt, memory=bool(getattr(module, "memory", False)), task=task)
     if fmt == "tf_saved_model":
         return module.export(path, **text_options)
@@ -75,8 +80,10 @@ def ids_function(module):
 
     from xlnet_tf import accel
 
-    module._build_position_tables()
-    spec = tf.TensorSpec([None, None], tf.int32)
+    if hasattr(module, "_build_position_tables"):
+        module._build_position_tables()
+    race = type(module).__name__ == "RaceServing"
+    spec = tf.TensorSpec([None, module.num_choices, None] if race else [None, None], tf.int32)
 
     @tf.function(input_signature=[spec, spec, spec], autograph=False)
     def serve_ids(input_ids, segment_ids, padding_mask):
@@ -93,13 +100,15 @@ def layout(module, fmt: str, pair: bool) -> Dict:
     from xlnet_tf.lengths import SERVING_MULTIPLE
 
     tok = module.tokenizer
+    out = {"format": fmt, "task": TASKS[type(module).__name__], "precision": "f32",
+           "max_seq_length": module.max_seq_length, "sep_id": module.sep_id, "cls_id": module.cls_id,
+           "seg_pad": SEG_PAD_CLASSIFIER, "lower": bool(tok.lower), "remove_space": bool(tok.remove_space),
+           "keep_accents": bool(tok.keep_accents), "max_groups": int(module.max_groups),
+           "group_cost_tokens": GROUP_COST_TOKENS, "serving_multiple": SERVING_MULTIPLE}
+    if out["task"] == "race":
+        return dict(out, max_qa_length=module.max_qa_length, num_choices=module.num_choices)
     names = None if module.regression else [n.decode("utf-8") for n in module.label_names.numpy().tolist()]
-    return {"format": fmt, "task": "classifier", "pair": bool(pair), "precision": "f32",
-            "max_seq_length": module.max_seq_length, "sep_id": module.sep_id, "cls_id": module.cls_id,
-            "seg_pad": SEG_PAD_CLASSIFIER, "lower": bool(tok.lower), "remove_space": bool(tok.remove_space),
-            "keep_accents": bool(tok.keep_accents), "label_names": names, "max_groups": int(module.max_groups),
-            "group_cost_tokens": GROUP_COST_TOKENS, "serving_multiple": SERVING_MULTIPLE,
-            "exact_single_row": bool(module.exact_single_row)}
+    return dict(out, pair=bool(pair), label_names=names, exact_single_row=bool(module.exact_single_row))
 
 
 def _spiece_proto(module) -> bytes:
@@ -123,11 +132,14 @@ def _write_common(module, tmp: str, fmt: str, pair: bool, files: Dict[str, str])
         json.dump(_pieces(_spiece_proto(module)), f, ensure_ascii=False)
     shutil.copyfile(RUNNER, os.path.join(tmp, "serve.py"))
     info = serving_info(module)
-    info.update({"format": fmt, "files": files,
-                 "inputs": ["text_a", "text_b"] if pair else ["text_a"],
-                 "outputs": ["logits", "probabilities", "label", "label_name"] if lay["label_names"] else ["score"],
-                 "serve": "import sys; sys.path.insert(0, EXPORT_DIR); import serve; "
-                          "serve.load(EXPORT_DIR)(text_a=[...]" + (", text_b=[...])" if pair else ")"),
+    if lay["task"] == "race":
+        inputs, outputs = ["article", "question", "options"], ["choice", "probabilities"]
+    else:
+        inputs = ["text_a", "text_b"] if pair else ["text_a"]
+        outputs = ["logits", "probabilities", "label", "label_name"] if lay["label_names"] else ["score"]
+    info.update({"format": fmt, "files": files, "inputs": inputs, "outputs": outputs,
+                 "serve": "import sys; sys.path.insert(0, EXPORT_DIR); import serve; serve.load(EXPORT_DIR)("
+                          + ", ".join(f"{k}=[...]" for k in inputs) + ")",
                  "serving_process": FORMAT_CHOICE})
     write_json(os.path.join(tmp, "serving_info.json"), info, indent=1)
 
@@ -143,7 +155,7 @@ FORMAT_CHOICE = {
 
 
 # ---------------------------------------------------------------------------------------------- OpenVINO
-def export_openvino(module, path: str, pair: bool = False) -> str:
+def export_openvino(module, path: str, pair: bool = False) -> str:  # (``pair``: the classifier's text_b)
     """``module``'s ids graph and tokenizer as OpenVINO IR (module docstring)."""
     import numpy as np
     import openvino as ov
@@ -179,7 +191,7 @@ def export_onnx(module, path: str, pair: bool = False) -> str:
     from onnx import TensorProto, helper
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
     import tensorflow as tf
-    from tf2onnx import optimizer, tfonnx
+    from tf2onnx import tfonnx
 
     from xlnet_tf.fileutil import atomic_directory
 
@@ -194,9 +206,7 @@ def export_onnx(module, path: str, pair: bool = False) -> str:
         tf.import_graph_def(fn.graph.as_graph_def(), name="")
         g = tfonnx.process_tf_graph(graph, opset=ONNX_OPSET, input_names=inputs, output_names=outputs,
                                     tensors_to_rename=rename)
-    passes = {k: v for k, v in optimizer._optimizers.items() if k != "reshape_optimizer"}
-    g = optimizer.optimize_graph(g, catch_errors=False, optimizers=passes)
-    model = g.make_model("xlnet_tf serve_ids")
+    model = g.make_model("xlnet_tf serve_ids")  # (no tf2onnx optimizer: the module docstring)
 
     text = helper.make_tensor_value_info("text", TensorProto.STRING, [None])
     consts = [helper.make_tensor("nbest_size", TensorProto.INT64, [], [0]),

@@ -94,6 +94,22 @@ def classifier_rows(ids_a, ids_b, max_seq_length: int, sep: int, cls: int):
     return rows
 
 
+def fill_blanks(question: str, option: str) -> str:
+    """RACE's question + option (``tasks/race/features.py``): every "_" filled, else appended after a space."""
+    return question.replace("_", option) if "_" in question else question + " " + option
+
+
+def race_rows(article_ids, qa_ids, max_seq_length: int, max_qa_length: int, sep: int, cls: int):
+    """``article <sep> qa <sep> <cls>`` per option (``tasks/race/serving.py``'s ``race_features``): qa keeps its
+    last ``max_qa_length`` pieces, the article its first ``max_seq_length - 3 - len(qa)``."""
+    rows = []
+    for k, qa in enumerate(qa_ids):
+        qa = qa[len(qa) - min(len(qa), max_qa_length):]
+        ctx = article_ids[k][:max(max_seq_length - 3 - len(qa), 0)]
+        rows.append((ctx + [sep] + qa + [sep, cls], [0] * (len(ctx) + 1) + [1] * (len(qa) + 1) + [2]))
+    return rows
+
+
 def left_padded(rows, length: int, seg_pad: int):
     n = len(rows)
     ids, segs, mask = (np.zeros([n, length], np.int32), np.full([n, length], seg_pad, np.int32),
@@ -206,32 +222,70 @@ class Served:
         texts = [preprocess_text(t, lay["lower"], lay["remove_space"], lay["keep_accents"]) for t in texts]
         return self.pieces.fix_digit_commas(self.runtime.tokenize(texts), self.runtime.tokenize)
 
-    def __call__(self, text_a, text_b=None):
+    def __call__(self, *args, **kwargs):
+        if self.layout["task"] == "race":
+            return self.race(*args, **kwargs)
+        return self.classify(*args, **kwargs)
+
+    def _in_groups(self, rows, lengths, multiple, group_rows=1):
+        """The model over ``rows`` (each ``group_rows`` consecutive rows one request row) in length groups,
+        answers in the request's order."""
         lay = self.layout
-        text_a = [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in text_a]
+        plan = group_plan(lengths, lay["max_seq_length"], multiple, lay["max_groups"],
+                          lay["group_cost_tokens"] / group_rows)
+        parts, order = [], []
+        for members, length in plan:
+            picked = [rows[i * group_rows + j] for i in members for j in range(group_rows)]
+            feats = left_padded(picked, length, lay["seg_pad"])
+            if group_rows > 1:
+                feats = {k: v.reshape(len(members), group_rows, length) for k, v in feats.items()}
+            parts.append(self.runtime.run(feats))
+            order.extend(int(i) for i in members)
+        back = np.argsort(np.array(order, np.int64), kind="stable")
+        return {k: np.concatenate([p[k] for p in parts])[back] for k in parts[0]}
+
+    def race(self, article, question, options):
+        """``serving_default(article [n], question [n], options [n, 4])`` -> ``choice``, ``probabilities``."""
+        lay = self.layout
+        article, question = _texts(article), _texts(question)
+        options = [_texts(o) for o in options]
+        n, k = len(article), lay["num_choices"]
+        if len(question) != n or len(options) != n or any(len(o) != k for o in options):
+            raise ValueError(f"article [{n}], question [{len(question)}] and options [n, {k}] must match")
+        if n == 0:
+            return {"choice": np.zeros([0], np.int32), "probabilities": np.zeros([0, k], np.float32)}
+        ids = self.encode(article + [fill_blanks(q, o) for q, opts in zip(question, options) for o in opts])
+        arts = [ids[i // k] for i in range(n * k)]
+        rows = race_rows(arts, ids[n:], lay["max_seq_length"], lay["max_qa_length"], lay["sep_id"], lay["cls_id"])
+        longest = [max(len(rows[i * k + j][0]) for j in range(k)) for i in range(n)]
+        return self._in_groups(rows, longest, lay["serving_multiple"], group_rows=k)
+
+    def classify(self, text_a, text_b=None):
+        """``serving_default(text_a [n], text_b [n])`` -> ``logits``, ``probabilities``, ``label``, ``label_name``
+        (regression: ``score``)."""
+        lay = self.layout
+        text_a = _texts(text_a)
         n = len(text_a)
         ids_a = self.encode(text_a)
         if text_b is None:
             ids_b = [[] for _ in range(n)]
         else:
-            text_b = [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in text_b]
+            text_b = _texts(text_b)
             if len(text_b) != n:
                 raise ValueError(f"text_a has {n} rows, text_b {len(text_b)}")
             ids_b = self.encode(text_b)
-        L = lay["max_seq_length"]
-        rows = classifier_rows(ids_a, ids_b, L, lay["sep_id"], lay["cls_id"])
-        lengths = [len(t) for t, _ in rows]
+        if n == 0:  # an empty request: the one-row answer's shapes with no rows
+            return {k: v[:0] for k, v in self.classify([""]).items()}
+        rows = classifier_rows(ids_a, ids_b, lay["max_seq_length"], lay["sep_id"], lay["cls_id"])
         multiple = 1 if (n == 1 and lay["exact_single_row"]) else lay["serving_multiple"]
-        plan = group_plan(lengths, L, multiple, lay["max_groups"], lay["group_cost_tokens"])
-        parts, order = [], []
-        for members, length in plan:
-            parts.append(self.runtime.run(left_padded([rows[i] for i in members], length, lay["seg_pad"])))
-            order.extend(int(i) for i in members)
-        back = np.argsort(np.array(order, np.int64), kind="stable")
-        out = {k: np.concatenate([p[k] for p in parts])[back] for k in parts[0]}
+        out = self._in_groups(rows, [len(t) for t, _ in rows], multiple)
         if "label" in out and lay.get("label_names"):
             out["label_name"] = np.array([lay["label_names"][i].encode("utf-8") for i in out["label"]], object)
         return out
+
+
+def _texts(rows):
+    return [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in rows]
 
 
 def load(folder: str, precision=None, threads=None) -> Served:

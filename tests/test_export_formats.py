@@ -23,10 +23,10 @@ import serve
 served = serve.load(sys.argv[1])
 request = json.load(open(sys.argv[2]))
 answers = []
-for a, b in request:
-    out = served(text_a=a, text_b=b)
+for kwargs in request["calls"]:
+    out = served(**kwargs)
     answers.append({k: [x.decode() if isinstance(x, bytes) else x for x in v.tolist()] for k, v in out.items()})
-answers.append({"ids": served.encode(request[0][0][:8])})
+answers.append({"ids": served.encode(request["encode"])})
 leaked = [m for m in sys.modules if m.split(".")[0] in ("tensorflow", "xlnet_tf", "keras", "tensorflow_text")]
 assert not leaked, leaked
 print(json.dumps(answers))
@@ -61,17 +61,40 @@ def exports(tmp_path_factory):
                 for a, b in requests]
     for fmt in ("onnx", "openvino"):
         model.export(str(root / fmt), format=fmt)
-    (root / "requests.json").write_text(json.dumps(requests))
+    (root / "requests.json").write_text(json.dumps({"calls": [{"text_a": a, "text_b": b} for a, b in requests],
+                                                    "encode": sst2[:8]}))
     ids = [model.tokenizer.encode(t) for t in sst2[:8]]
     return root, expected, ids
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("fmt", ["onnx", "openvino"])
-def test_an_export_serves_raw_text_without_tensorflow_as_the_saved_model(exports, fmt):
-    root, expected, ids = exports
-    info = json.loads((root / fmt / "serving_info.json").read_text())
-    assert info["format"] == fmt and info["inputs"] == ["text_a", "text_b"]
+@pytest.fixture(scope="module")
+def race_exports(tmp_path_factory):
+    """A tiny RACE model (random weights), its SavedModel answers to real dev questions, its two exports."""
+    import keras
+    import tensorflow as tf
+
+    from xlnet_tf.config import XLNetConfig
+    from xlnet_tf.tasks import XLNetMultipleChoice
+    from xlnet_tf.tasks.race.reader import read_race
+
+    keras.utils.set_random_seed(7)
+    model = XLNetMultipleChoice(XLNetConfig(**tiny()), tokenizer=shared_path("spiece", "spiece.model"),
+                                max_seq_length=128, max_qa_length=32)
+    exs = read_race(shared_path("race", "RACE.tar.gz"), "dev")[::97][:12]
+    calls = [{"article": [e.article for e in exs], "question": [e.question for e in exs],
+              "options": [list(e.options) for e in exs]}, {"article": [exs[0].article],
+              "question": [exs[0].question], "options": [list(exs[0].options)]}]
+    root = tmp_path_factory.mktemp("race_formats")
+    model.export(str(root / "saved"))
+    served = tf.saved_model.load(str(root / "saved")).signatures["serving_default"]
+    expected = [{k: v.numpy() for k, v in served(**{n: tf.constant(x) for n, x in c.items()}).items()} for c in calls]
+    for fmt in ("onnx", "openvino"):
+        model.export(str(root / fmt), format=fmt)
+    (root / "requests.json").write_text(json.dumps({"calls": calls, "encode": calls[1]["question"]}))
+    return root, expected, [model.tokenizer.encode(calls[1]["question"][0])]
+
+
+def _serve_without_tensorflow(root, fmt, expected, ids):
     proc = subprocess.Popen([sys.executable, "-c", SERVED, str(root / fmt), str(root / "requests.json")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(root),
                             env=dict(os.environ, PYTHONPATH=""))
@@ -87,6 +110,24 @@ def test_an_export_serves_raw_text_without_tensorflow_as_the_saved_model(exports
                 np.testing.assert_allclose(np.array(got[k]), v, atol=1e-5, rtol=0, err_msg=k)
             else:
                 assert got[k] == v.tolist(), k
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["onnx", "openvino"])
+def test_an_export_serves_raw_text_without_tensorflow_as_the_saved_model(exports, fmt):
+    root, expected, ids = exports
+    info = json.loads((root / fmt / "serving_info.json").read_text())
+    assert info["format"] == fmt and info["inputs"] == ["text_a", "text_b"]
+    _serve_without_tensorflow(root, fmt, expected, ids)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["onnx", "openvino"])
+def test_a_race_export_serves_raw_text_without_tensorflow_as_the_saved_model(race_exports, fmt):
+    root, expected, ids = race_exports
+    info = json.loads((root / fmt / "serving_info.json").read_text())
+    assert info["inputs"] == ["article", "question", "options"] and info["outputs"] == ["choice", "probabilities"]
+    _serve_without_tensorflow(root, fmt, expected, ids)
 
 
 @pytest.mark.parametrize("fmt, message", [
@@ -108,6 +149,7 @@ def test_memory_mode_and_other_tasks_are_refused_in_one_line():
         check_format("onnx", memory=True)
     with pytest.raises(ValueError, match=r"^export format 'openvino': the SquadServing export is a SavedModel"):
         check_format("openvino", task="SquadServing")
+    assert check_format("onnx", task="race") == "onnx"
 
 
 def test_the_command_line_refuses_a_format_before_any_work(glue, tmp_path):
