@@ -36,6 +36,8 @@ RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "serve_runtime
 ONNX_OPSET = 17
 # The serving modules these formats are written for (the runner's ``layout["task"]``).
 TASKS = {"ClassifierServing": "classifier", "RaceServing": "race"}
+# What a refusal calls the other serving modules.
+OTHERS = {"SquadServing": "SQuAD", "XLNetQuestionAnswerer": "SQuAD", "GenerationModule": "generation"}
 
 
 def check_format(fmt: str, memory: bool = False, task: str = "classifier") -> str:
@@ -65,7 +67,8 @@ def _missing(module: str) -> bool:
 
 def export(module, path: str, fmt: str = "tf_saved_model", **text_options) -> str:
     """``module`` (a task's ``ServingModule``) written as ``fmt`` at ``path``."""
-    task = TASKS.get(type(module).__name__, type(module).__name__)
+    name = type(module).__name__
+    task = TASKS.get(name) or OTHERS.get(name, name)
     check_format(fmt, memory=bool(getattr(module, "memory", False)), task=task)
     if fmt == "tf_saved_model":
         return module.export(path, **text_options)

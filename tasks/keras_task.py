@@ -363,7 +363,8 @@ class XLNetTask(TaskModel):
         ``--export_precision``'s policies."""
         from xlnet_tf.tasks import export_formats
 
-        export_formats.check_format(format, memory=bool(getattr(self, "memory", False)), task=getattr(self, "export_kind", type(self).__name__))
+        kind = getattr(self, "export_kind", None) or export_formats.OTHERS.get(type(self).__name__, "this task's")
+        export_formats.check_format(format, memory=bool(getattr(self, "memory", False)), task=kind)
         model = self
         if precision is not None and precision != hardware.policy_name(self):
             hardware.validate_precision(precision)

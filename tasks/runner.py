@@ -167,7 +167,8 @@ class TaskSpec:
     export_kind = "task"
 
     def check_export(self, fmt: str) -> None:
-        """Refuses (one line) an export format this task's export cannot be written in, before any work."""
+        """Refuses (one line) an export format this task's export cannot be written in, before any work (the
+        classifier and RACE: every format but in memory mode)."""
         from xlnet_tf.tasks.export_formats import check_format
 
         check_format(fmt, memory=bool(self.options.max_segments), task=self.export_kind)

@@ -147,8 +147,8 @@ def test_memory_mode_and_other_tasks_are_refused_in_one_line():
 
     with pytest.raises(ValueError, match=r"^export format 'onnx': memory mode .* SavedModel only"):
         check_format("onnx", memory=True)
-    with pytest.raises(ValueError, match=r"^export format 'openvino': the SquadServing export is a SavedModel"):
-        check_format("openvino", task="SquadServing")
+    with pytest.raises(ValueError, match=r"^export format 'openvino': the SQuAD export is a SavedModel only"):
+        check_format("openvino", task="SQuAD")
     assert check_format("onnx", task="race") == "onnx"
 
 

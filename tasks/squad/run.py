@@ -33,6 +33,7 @@ class SquadRun(runner.TaskSpec):
     """SQuAD v1.1 / v2.0 for the runner. Evaluation predicts the predict file (scoring it when it has answers)
     and writes the best checkpoint's predictions; ``squad``: the window and answer settings."""
     name = "squad"
+    export_kind = "SQuAD"  # a SavedModel only (its windows and answer search: tasks/export_formats.py)
 
     def __init__(self, train, predict, v2: bool, squad: SquadOptions, options: runner.TaskOptions):
         super().__init__(options)
