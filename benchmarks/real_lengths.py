@@ -560,7 +560,7 @@ def build_serving(spec):
 
 
 def serving(config, tok, sets, reps, workdir, hf_threads, hf_variants, log, ours=("ours", "ours_one_call", "ours_bf16"),
-            ort_variants=(), groups=None, batches=(), ov_variants=()):
+            ort_variants=(), groups=None, batches=(), ov_variants=(), reuse_exports=False):
     """Texts/s from raw text, each implementation in its own worker, the same weights: our SavedModel (each call
     in length groups; and as one call padded to its longest text) vs HF's tokenizer + model (padded to the
     longest; and to max_seq_length, the per-token reference), HF's pipeline and ONNX Runtime on HF's model
@@ -568,14 +568,21 @@ def serving(config, tok, sets, reps, workdir, hf_threads, hf_variants, log, ours
     interleaved repetitions. ``groups``: lists of worker labels alive (and interleaved) together, run one group
     after the other (None: all at once); ours' answers from the first group are every group's reference.
     ``batches``: the (max_seq_length, batch size) pairs timed (empty: every one of ``SERVE_BATCHES``)."""
-    dirs = make_serving_models(config, tok, workdir, ours)
-    if ort_variants or ov_variants:
-        import subprocess
+    made = os.path.join(workdir, "exports.json")  # what the last run in ``workdir`` wrote (--reuse_exports)
+    if reuse_exports and os.path.exists(made):
+        with open(made) as f:
+            dirs = json.load(f)
+    else:
+        dirs = {str(k): v for k, v in make_serving_models(config, tok, workdir, ours).items()}
+        if ort_variants or ov_variants:
+            import subprocess
 
-        out = subprocess.run([sys.executable, os.path.abspath(__file__), "--export_onnx", dirs["hf"],
-                              os.path.join(workdir, "onnx")], stdout=subprocess.PIPE, stderr=log, text=True,
-                             check=True).stdout
-        dirs.update(json.loads([x for x in out.splitlines() if x.startswith(PROTO + "ONNX ")][-1][len(PROTO) + 5:]))
+            out = subprocess.run([sys.executable, os.path.abspath(__file__), "--export_onnx", dirs["hf"],
+                                  os.path.join(workdir, "onnx")], stdout=subprocess.PIPE, stderr=log, text=True,
+                                 check=True).stdout
+            dirs.update(json.loads([x for x in out.splitlines() if x.startswith(PROTO + "ONNX ")][-1][len(PROTO) + 5:]))
+        with open(made, "w") as f:
+            json.dump(dirs, f)
     texts_path = os.path.join(workdir, "texts.json")
     with open(texts_path, "w") as f:
         json.dump({name: texts for name, (texts, L) in sets.items()}, f)
@@ -654,6 +661,8 @@ def main(argv=None) -> int:
     ap.add_argument("--workdir", default=os.path.join(ROOT, "recipes_work", "real_lengths"))
     ap.add_argument("--export_onnx", nargs=2, metavar=("HF_DIR", "OUT_DIR"), help=argparse.SUPPRESS)
     ap.add_argument("--export_format", help=argparse.SUPPRESS)
+    ap.add_argument("--reuse_exports", action="store_true", help="serve the exports the last run wrote in --workdir "
+                    "(its exports.json) instead of writing them again (the same variants and weights)")
     args = ap.parse_args(argv)
     if args.worker:
         worker(args.worker)
@@ -686,7 +695,7 @@ def main(argv=None) -> int:
                 [v for v in args.ours_variants.split(",") if v], [v for v in args.ort_variants.split(",") if v],
                 [[x.strip() for x in g.split(",") if x.strip()] for g in args.serving_groups.split("/") if g.strip()],
                 [tuple(int(n) for n in p.split(":")) for p in args.serving_batches.split(",") if p],
-                [v for v in args.ov_variants.split(",") if v])
+                [v for v in args.ov_variants.split(",") if v], args.reuse_exports)
     out.update({"config": config, "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "flags": cpu_flags()},
                 "versions": versions(["tensorflow", "keras", "torch", "transformers", "onnxruntime", "onnx",
                                       "onnxruntime-extensions", "openvino", "openvino-tokenizers", "tf2onnx"]),

@@ -147,13 +147,18 @@ def _write_common(module, tmp: str, fmt: str, pair: bool, files: Dict[str, str])
     write_json(os.path.join(tmp, "serving_info.json"), info, indent=1)
 
 
-# Which format to pick, by CPU family and batch size, as measured (PERFORMANCE.md "Serving in other runtimes").
+# Which format to pick, by CPU family and batch size, as measured (PERFORMANCE.md "Serving in other runtimes":
+# XLNet-Base classifier, raw text in, 2 cores); recorded in every ONNX / OpenVINO export's serving_info.json.
 FORMAT_CHOICE = {
     "needs": {"tf_saved_model": "tensorflow and tensorflow_text",
               "onnx": "onnxruntime and onnxruntime-extensions (pip install 'xlnet-tf[onnx]')",
               "openvino": "openvino and openvino-tokenizers (pip install 'xlnet-tf[openvino]')"},
-    "avx512_bf16 (AMD EPYC, no AMX)": "see PERFORMANCE.md 'Serving in other runtimes'",
-    "not measured": "AVX2-only cores, AMX (Intel Sapphire Rapids and later), ARM",
+    "avx512_bf16 (AMD EPYC, no AMX)": "batch 1, short texts (SST-2): openvino or onnx in float32 (1.8x / 1.3x the "
+                                      "float32 SavedModel); long texts (IMDB, 512) at batch 1 and batches of 32: "
+                                      "the bfloat16 SavedModel (--export_precision=bfloat16) or openvino with "
+                                      "precision='bf16' (1.5-1.8x the float32 SavedModel)",
+    "not measured": "AVX2-only cores (issue 53: ONNX Runtime led TensorFlow at batch 1 there, so try onnx), AMX "
+                    "(Intel Sapphire Rapids and later), ARM; IMDB at batch 32 in these runtimes",
 }
 
 
