@@ -30,7 +30,9 @@ and as one call padded to the request's longest, ``ours_one_call``; and the expo
 ``ours_bf16``, with its probabilities' largest difference from the float32 export's) against HF padded to each
 call's longest and to max_seq_length, and against ONNX Runtime (``--ort_variants ort,ort_int8``: HF's model
 exported by ``torch.onnx.export``, float32 and int8 dynamic quantisation, every graph optimisation, 2 threads,
-HF's tokenizer; install it with ``benchmarks/setup_peer_onnxruntime.sh``). A short serving-only run:
+HF's tokenizer; install it with ``benchmarks/setup_peer_onnxruntime.sh``), OpenVINO on that same graph
+(``--ov_variants ov,ov_bf16``), and our own ONNX / OpenVINO exports served by their ``serve.py`` without TensorFlow
+(``--ours_variants ours_onnx,ours_openvino,ours_openvino_bf16``; PERFORMANCE.md "Serving in other runtimes"). A short serving-only run:
 ``--training 0 --serving_reps 1 --hf_variants hf --hf_threads 2``.
 """
 
