@@ -76,6 +76,7 @@ def job(F):
     head_options = dict(summary_type=F.summary_type, hidden_sizes=run_common.head_hidden_sizes(F), dropout=F.dropout)
     spec = ClassifierRun(task, F.data_dir,
                          run_common.task_options(F, tokenizer, config, paths["cache_dir"], head_options, memory))
+    run_common.check_export(F, spec)
     run_common.start_run(F, paths["output_dir"], "run_classifier", task.name, config, tokenizer, F.do_train,
                          train_sources=task.source_files(F.data_dir, "train") if F.do_train else (),
                          data=dict({"max_seq_length": L}, **long_doc_data),

@@ -180,6 +180,16 @@ def model_dir(F) -> str:
     return F.model_dir or os.path.join(F.output_dir, "model")
 
 
+def check_export(F, spec) -> None:
+    """A ``--export_format`` the task's export cannot be written in (memory mode, RACE, SQuAD: SavedModels only),
+    refused in one line before ``start_run`` (the format name itself: ``Plan.check``)."""
+    if F.export_dir:
+        try:
+            spec.check_export(F.export_format)
+        except ValueError as e:
+            raise ValueError(f"--export_format: {e}") from None
+
+
 def plan(F, do_eval: Optional[bool] = None, do_predict: Optional[bool] = None, results_dir: Optional[str] = None):
     """The runner's ``Plan`` from the flags (``do_eval`` / ``do_predict`` override theirs), checked (something to
     do) before any work."""
@@ -187,6 +197,7 @@ def plan(F, do_eval: Optional[bool] = None, do_predict: Optional[bool] = None, r
                         do_eval=F.do_eval if do_eval is None else do_eval,
                         do_predict=F.do_predict if do_predict is None else do_predict,
                         export_dir=F.export_dir, export_precision=EXPORT_PRECISIONS[F.export_precision],
+                        export_format=F.export_format,
                         export_huggingface=F.export_huggingface,
                         eval_all_checkpoints=F.eval_all_ckpt,
                         train_batch_size=F.train_batch_size, results_dir=results_dir,

@@ -21,6 +21,7 @@ from xlnet_tf.checkpoint import HF_WRITTEN
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.fileutil import SAVED_MODEL, check_replaceable
 from xlnet_tf import presets
+from xlnet_tf.tasks import export_formats
 from xlnet_tf.hardware import POLICY_OF_DTYPE, PRECISIONS
 from xlnet_tf.train_config import LAYER_DECAY_MODES, TrainConfig
 
@@ -29,8 +30,6 @@ from xlnet_tf.train_config import LAYER_DECAY_MODES, TrainConfig
 RUN_DIR_FLAGS = ("output_dir", "model_dir", "cache_dir", "export_dir", "record_dir", "predict_dir")
 # Of those, the ones a run may only read when they exist (a shared, read-only cache of features or records).
 SHARED_DIR_FLAGS = ("cache_dir", "record_dir", "model_dir")
-# The flags naming a directory the run writes whole, and what it writes there: only an earlier one is replaced.
-REPLACED_DIRS = {"export_dir": SAVED_MODEL, "export_huggingface": HF_WRITTEN}
 
 
 class Definer:
@@ -132,6 +131,10 @@ def _define_output_flags(d: Definer) -> None:
            "Compute precision of the exported graph: float32, or bfloat16/float16 (the Keras mixed_* policy: "
            "float32 variables, 16-bit compute; the signatures' outputs stay float32). bfloat16 is the fast serving "
            "path on CPUs with AMX / AVX-512 BF16 and on GPUs.")
+    d.string("export_format", Plan.export_format, "What --export_dir holds, in Keras' format names: tf_saved_model "
+             "(a SavedModel: TensorFlow + tensorflow_text), onnx (ONNX Runtime + onnxruntime-extensions) or openvino "
+             "(OpenVINO + openvino-tokenizers); the last two serve raw text through the export's serve.py without "
+             "TensorFlow (the classifier and RACE; memory mode and SQuAD are SavedModels only, refused before work).")
     d.bool("overwrite_output_dir", False, "Replace the run in --output_dir (its checkpoints and cached features) "
            "when it differs from this one; without it such a run refuses to start.")
 
@@ -250,7 +253,7 @@ def settle(fv: flags.FlagValues) -> None:
         value = fv[name].value if name in fv else None
         if value and "://" not in value:
             check_writable_dir(name, os.path.abspath(os.path.expanduser(value)))
-    for name, written in REPLACED_DIRS.items():  # an export replaces only an earlier export of its kind
+    for name, written in replaced_dirs(fv).items():  # an export replaces only an earlier export of its kind
         value = fv[name].value if name in fv else None
         if value and "://" not in value:
             try:
@@ -285,6 +288,13 @@ def resolve_init_checkpoint(fv: flags.FlagValues, name: str) -> str:
     if "spiece_model_file" in fv and not fv["spiece_model_file"].value and os.path.isfile(spiece):
         fv.spiece_model_file = spiece
     return folder
+
+
+def replaced_dirs(fv: flags.FlagValues) -> dict:
+    """The flags naming a directory the run writes whole, and what it writes there (``fileutil.Written``: only an
+    earlier one is replaced): the export in its ``--export_format``, the HuggingFace export."""
+    fmt = fv["export_format"].value if "export_format" in fv else "tf_saved_model"
+    return {"export_dir": export_formats.WRITTEN.get(fmt, SAVED_MODEL), "export_huggingface": HF_WRITTEN}
 
 
 def check_writable_dir(name: str, path: str) -> None:

@@ -80,6 +80,7 @@ def job(F):
     data = RaceData(data_dir=F.data_dir, max_qa_length=QA, high_only=F.high_only, middle_only=F.middle_only,
                     eval_split=F.eval_split, subsets=subsets)
     spec = RaceRun(data, run_common.task_options(F, tokenizer, config, paths["cache_dir"], head_options, memory))
+    run_common.check_export(F, spec)
     run_common.start_run(F, paths["output_dir"], "run_race", "race", config, tokenizer, F.do_train,
                          train_sources=race_train_sources(F.data_dir, levels) if F.do_train else (),
                          data=dict({"max_seq_length": L, "max_qa_length": QA, "train_subset": F.train_subset},

@@ -116,6 +116,7 @@ def job(F):
     spec = SquadRun(train=(train_examples, F.train_file) if F.do_train else None,
                     predict=(predict_examples, F.predict_file) if predict else None, v2=v2, squad=squad,
                     options=run_common.task_options(F, tokenizer, config, paths["cache_dir"], head_options))
+    run_common.check_export(F, spec)
     run_common.start_run(F, paths["output_dir"], "run_squad", "squad", config, tokenizer, F.do_train,
                          train_sources=[F.train_file] if F.do_train else (),
                          data={"max_seq_length": L, "max_query_length": Q, "doc_stride": F.doc_stride, "v2": v2},

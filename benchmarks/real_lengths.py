@@ -30,7 +30,9 @@ and as one call padded to the request's longest, ``ours_one_call``; and the expo
 ``ours_bf16``, with its probabilities' largest difference from the float32 export's) against HF padded to each
 call's longest and to max_seq_length, and against ONNX Runtime (``--ort_variants ort,ort_int8``: HF's model
 exported by ``torch.onnx.export``, float32 and int8 dynamic quantisation, every graph optimisation, 2 threads,
-HF's tokenizer; install it with ``benchmarks/setup_peer_onnxruntime.sh``). A short serving-only run:
+HF's tokenizer; install it with ``benchmarks/setup_peer_onnxruntime.sh``), OpenVINO on that same graph
+(``--ov_variants ov,ov_bf16``), and our own ONNX / OpenVINO exports served by their ``serve.py`` without TensorFlow
+(``--ours_variants ours_onnx,ours_openvino,ours_openvino_bf16``; PERFORMANCE.md "Serving in other runtimes"). A short serving-only run:
 ``--training 0 --serving_reps 1 --hf_variants hf --hf_threads 2``.
 """
 
@@ -334,6 +336,12 @@ OURS_SERVING = {"ours": "", "ours_one_call": "one_call_", "ours_bf16": "bf16_", 
                 "ours_no_tables": "no_tables_", "ours_rounded": "rounded_"}
 ORT_SERVING = {"ort": "onnx", "ort_int8": "onnx_int8"}  # ONNX Runtime workers -> their model file (dirs' key)
 ORT_THREADS = 2
+# Our ONNX / OpenVINO exports (tasks/export_formats.py), served by their own serve.py (no TensorFlow in the
+# worker): worker -> (export, precision); dirs' key ``{export}_{L}``.
+FORMAT_SERVING = {"ours_onnx": ("format_onnx", "f32"), "ours_openvino": ("format_openvino", "f32"),
+                  "ours_openvino_bf16": ("format_openvino", "bf16")}
+# OpenVINO on HF's graph (the ONNX file torch.onnx.export wrote for the ``ort`` peer): worker -> precision.
+OV_SERVING = {"ov": "f32", "ov_bf16": "bf16"}
 
 
 def make_serving_models(config, tok, workdir, ours=("ours", "ours_one_call", "ours_bf16")):
@@ -350,9 +358,8 @@ def make_serving_models(config, tok, workdir, ours=("ours", "ours_one_call", "ou
     from xlnet_tf import XLNetConfig
     from xlnet_tf.task_model import TaskModel
 
-    cfg = XLNetConfig(n_token=32000, ff_activation="gelu", untie_r=True, dropout=0.0, dropatt=0.0, **config)
-    model = TaskModel(cfg, ClassificationHead(cfg.d_model, 2, n_head=cfg.n_head, d_head=cfg.d_head), seed=1)
-    model.build_with({k: tf.zeros([1, 8], tf.int32) for k in ("input_ids", "segment_ids", "padding_mask")})
+    model = serving_model(config)
+    cfg = model.config
     dirs = {"hf": os.path.join(workdir, "hf")}
     model.save_pretrained(dirs["hf"], format="huggingface")
     if "ours_bf16" in ours:
@@ -380,7 +387,55 @@ def make_serving_models(config, tok, workdir, ours=("ours", "ours_one_call", "ou
         if "ours_bf16" in ours:
             dirs[f"bf16_{L}"] = ClassifierServing(bf16, tok, L, label_names=["0", "1"]).export(
                 os.path.join(workdir, f"ours_bf16_{L}"))
+    formats = sorted({FORMAT_SERVING[v][0] for v in ours if v in FORMAT_SERVING})
+    if formats:  # each written by a process of its own (a converter's copies of the graph leave with it)
+        import subprocess
+
+        import numpy as np
+
+        weights = os.path.join(workdir, "weights.npz")
+        np.savez(weights, *model.get_weights())
+        for L in SERVE_BATCHES:
+            for fmt in formats:
+                dirs[f"{fmt}_{L}"] = os.path.join(workdir, f"ours_{fmt}_{L}")
+                subprocess.run([sys.executable, os.path.abspath(__file__), "--export_format",
+                                json.dumps(dict(config=config, weights=weights, L=L, format=fmt[len("format_"):],
+                                                path=dirs[f"{fmt}_{L}"]))], check=True)
     return dirs
+
+
+def serving_model(config):
+    """The random XLNet-Base-shaped classifier every serving side gets the weights of."""
+    import tensorflow as tf
+
+    from xlnet_tf import XLNetConfig
+    from xlnet_tf.heads.classification import ClassificationHead
+    from xlnet_tf.task_model import TaskModel
+
+    cfg = XLNetConfig(n_token=32000, ff_activation="gelu", untie_r=True, dropout=0.0, dropatt=0.0, **config)
+    model = TaskModel(cfg, ClassificationHead(cfg.d_model, 2, n_head=cfg.n_head, d_head=cfg.d_head), seed=1)
+    model.build_with({k: tf.zeros([1, 8], tf.int32) for k in ("input_ids", "segment_ids", "padding_mask")})
+    return model
+
+
+def export_format(spec):
+    """``--export_format SPEC``: the serving model with the saved weights, exported by
+    ``tasks/export_formats.py`` in the format asked (its own process); prints the peak RSS."""
+    import numpy as np
+
+    from xlnet_tf import XLNetTokenizer
+    from xlnet_tf.tasks import export_formats
+    from xlnet_tf.tasks.classification.serving import ClassifierServing
+
+    model = serving_model(spec["config"])
+    with np.load(spec["weights"]) as w:
+        model.set_weights([w[f"arr_{i}"] for i in range(len(w.files))])
+    tok = XLNetTokenizer(os.path.join(shared_dir(), "spiece", "spiece.model"))
+    t = time.perf_counter()
+    export_formats.export(ClassifierServing(model, tok, spec["L"], label_names=["0", "1"]), spec["path"],
+                          spec["format"])
+    print(f"export {spec['format']} L {spec['L']}: {time.perf_counter() - t:.1f} s, peak RSS "
+          f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB", flush=True)
 
 
 def export_onnx(hf_dir: str, out_dir: str) -> dict:
@@ -439,6 +494,31 @@ def build_serving(spec):
     """serve(L, texts) -> probabilities [n, 2] for one call, from raw text."""
     import numpy as np
 
+    if spec["impl"] in FORMAT_SERVING:  # the export's own serve.py: numpy + the runtime, no TensorFlow
+        import importlib.util
+
+        fmt, precision = FORMAT_SERVING[spec["impl"]]
+        served = {}
+        for L in SERVE_BATCHES:
+            folder = spec["dirs"][f"{fmt}_{L}"]
+            mod_spec = importlib.util.spec_from_file_location(f"serve_{L}", os.path.join(folder, "serve.py"))
+            serve_py = importlib.util.module_from_spec(mod_spec)
+            mod_spec.loader.exec_module(serve_py)
+            served[L] = serve_py.load(folder, precision=precision, threads=ORT_THREADS)
+        return lambda L, texts: served[L](text_a=texts)["probabilities"]
+    if spec["impl"] in OV_SERVING:
+        import openvino as ov
+        import transformers
+
+        tok = transformers.XLNetTokenizer(spec["spm"])
+        compiled = ov.Core().compile_model(spec["dirs"]["onnx"], "CPU", {
+            "INFERENCE_PRECISION_HINT": OV_SERVING[spec["impl"]], "INFERENCE_NUM_THREADS": ORT_THREADS})
+
+        def serve(L, texts):
+            enc = tok(texts, padding="longest", truncation=True, max_length=L, return_tensors="np")
+            out = compiled({k: enc[k].astype(np.int64) for k in ("input_ids", "attention_mask", "token_type_ids")})
+            return out[compiled.outputs[0]]
+        return serve
     if spec["impl"] in OURS_SERVING:
         import tensorflow as tf
         import tensorflow_text  # noqa: F401  (registers the SentencePiece op, as a serving process does)
@@ -482,7 +562,7 @@ def build_serving(spec):
 
 
 def serving(config, tok, sets, reps, workdir, hf_threads, hf_variants, log, ours=("ours", "ours_one_call", "ours_bf16"),
-            ort_variants=(), groups=None, batches=()):
+            ort_variants=(), groups=None, batches=(), ov_variants=(), reuse_exports=False):
     """Texts/s from raw text, each implementation in its own worker, the same weights: our SavedModel (each call
     in length groups; and as one call padded to its longest text) vs HF's tokenizer + model (padded to the
     longest; and to max_seq_length, the per-token reference), HF's pipeline and ONNX Runtime on HF's model
@@ -490,18 +570,26 @@ def serving(config, tok, sets, reps, workdir, hf_threads, hf_variants, log, ours
     interleaved repetitions. ``groups``: lists of worker labels alive (and interleaved) together, run one group
     after the other (None: all at once); ours' answers from the first group are every group's reference.
     ``batches``: the (max_seq_length, batch size) pairs timed (empty: every one of ``SERVE_BATCHES``)."""
-    dirs = make_serving_models(config, tok, workdir, ours)
-    if ort_variants:
-        import subprocess
+    made = os.path.join(workdir, "exports.json")  # what the last run in ``workdir`` wrote (--reuse_exports)
+    if reuse_exports and os.path.exists(made):
+        with open(made) as f:
+            dirs = json.load(f)
+    else:
+        dirs = {str(k): v for k, v in make_serving_models(config, tok, workdir, ours).items()}
+        if ort_variants or ov_variants:
+            import subprocess
 
-        out = subprocess.run([sys.executable, os.path.abspath(__file__), "--export_onnx", dirs["hf"],
-                              os.path.join(workdir, "onnx")], stdout=subprocess.PIPE, stderr=log, text=True,
-                             check=True).stdout
-        dirs.update(json.loads([x for x in out.splitlines() if x.startswith(PROTO + "ONNX ")][-1][len(PROTO) + 5:]))
+            out = subprocess.run([sys.executable, os.path.abspath(__file__), "--export_onnx", dirs["hf"],
+                                  os.path.join(workdir, "onnx")], stdout=subprocess.PIPE, stderr=log, text=True,
+                                 check=True).stdout
+            dirs.update(json.loads([x for x in out.splitlines() if x.startswith(PROTO + "ONNX ")][-1][len(PROTO) + 5:]))
+        with open(made, "w") as f:
+            json.dump(dirs, f)
     texts_path = os.path.join(workdir, "texts.json")
     with open(texts_path, "w") as f:
         json.dump({name: texts for name, (texts, L) in sets.items()}, f)
     specs = [dict(impl=i) for i in ours] + [dict(impl=i, threads=ORT_THREADS) for i in ort_variants]
+    specs += [dict(impl=i, threads=ORT_THREADS) for i in ov_variants]
     specs += [dict(impl=i, threads=t) for t in hf_threads for i in hf_variants]
     label = lambda spec: spec["impl"] + (f" {spec['threads']}t" if "threads" in spec else "")  # noqa: E731
     by_label = {label(sp): sp for sp in specs}
@@ -564,6 +652,9 @@ def main(argv=None) -> int:
                     "export's positional tables (ours_no_tables), batch 1 rounded up to a multiple of 8 (ours_rounded)")
     ap.add_argument("--ort_variants", default="", help="ONNX Runtime serving workers on HF's model exported to ONNX: "
                     "float32 (ort), int8 dynamic quantisation (ort_int8); needs benchmarks/setup_peer_onnxruntime.sh")
+    ap.add_argument("--ov_variants", default="", help="OpenVINO serving workers on HF's model exported to ONNX "
+                    "(the ort peers' file): float32 (ov), bfloat16 (ov_bf16: native-bf16 CPUs); our own exports are "
+                    "ours_onnx, ours_openvino, ours_openvino_bf16 in --ours_variants")
     ap.add_argument("--serving_groups", default="", help="workers alive (and interleaved) together, groups run one "
                     "after the other: labels comma-separated, groups by '/', e.g. 'ours,ort/ours,ort_int8,hf 2t' "
                     "(default: all at once)")
@@ -571,9 +662,15 @@ def main(argv=None) -> int:
                     "'128:1,128:32,512:1' (default: all of SST-2 128:1, 128:32 and IMDB 512:1, 512:32)")
     ap.add_argument("--workdir", default=os.path.join(ROOT, "recipes_work", "real_lengths"))
     ap.add_argument("--export_onnx", nargs=2, metavar=("HF_DIR", "OUT_DIR"), help=argparse.SUPPRESS)
+    ap.add_argument("--export_format", help=argparse.SUPPRESS)
+    ap.add_argument("--reuse_exports", action="store_true", help="serve the exports the last run wrote in --workdir "
+                    "(its exports.json) instead of writing them again (the same variants and weights)")
     args = ap.parse_args(argv)
     if args.worker:
         worker(args.worker)
+        return 0
+    if args.export_format:
+        export_format(json.loads(args.export_format))
         return 0
     if args.export_onnx:
         print(PROTO + "ONNX " + json.dumps(export_onnx(*args.export_onnx)), flush=True)
@@ -599,9 +696,11 @@ def main(argv=None) -> int:
                 [int(t) for t in args.hf_threads.split(",")], [v for v in args.hf_variants.split(",") if v], log,
                 [v for v in args.ours_variants.split(",") if v], [v for v in args.ort_variants.split(",") if v],
                 [[x.strip() for x in g.split(",") if x.strip()] for g in args.serving_groups.split("/") if g.strip()],
-                [tuple(int(n) for n in p.split(":")) for p in args.serving_batches.split(",") if p])
+                [tuple(int(n) for n in p.split(":")) for p in args.serving_batches.split(",") if p],
+                [v for v in args.ov_variants.split(",") if v], args.reuse_exports)
     out.update({"config": config, "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "flags": cpu_flags()},
-                "versions": versions(["tensorflow", "keras", "torch", "transformers", "onnxruntime", "onnx"]),
+                "versions": versions(["tensorflow", "keras", "torch", "transformers", "onnxruntime", "onnx",
+                                      "onnxruntime-extensions", "openvino", "openvino-tokenizers", "tf2onnx"]),
                 "command": shlex.join(["python", "benchmarks/real_lengths.py"] + list(argv or sys.argv[1:]))})
     write_json(path, out)
     return 0

@@ -37,12 +37,13 @@ import tensorflow as tf
 
 from xlnet_tf import checkpoint, datasets, hardware, presets
 from xlnet_tf.config import XLNetConfig
-from xlnet_tf.fileutil import SAVED_MODEL, check_replaceable
+from xlnet_tf.fileutil import check_replaceable
 from xlnet_tf.lengths import default_multiple, padded_length
 from xlnet_tf.task_model import TaskModel
 from xlnet_tf.tokenizer import XLNetTokenizer
 from xlnet_tf.train_config import TrainConfig
 from xlnet_tf.train_step import UpdateRule
+from xlnet_tf.tasks import export_formats
 from xlnet_tf.tasks import keras_inputs as door
 from xlnet_tf.tasks.keras_health import FitHealth, LabelCounts
 
@@ -50,7 +51,6 @@ log = logging.getLogger(__name__)
 
 SPIECE = "spiece.model"
 AUTO = "auto"
-EXPORT_FORMATS = ("tf_saved_model",)  # Keras' names of the formats ``export`` writes
 SAMPLE_WEIGHT = "sample_weight"  # a batch's per-example loss weights travel beside its features under this key
 TASK_FILE = checkpoint.TASK_FILE  # the Keras task model's class and arguments, beside its save_pretrained weights
 
@@ -527,13 +527,15 @@ class XLNetTask(TaskModel):
 
     # ------------------------------------------------------------------ export
     def export(self, filepath, format: str = "tf_saved_model", verbose=None, precision: Optional[str] = None):
-        """The command lines' SavedModel (``--export_dir``): ``serving_default`` on raw text, ``serve_ids``;
-        needs only tensorflow and tensorflow_text to serve. ``format``: Keras' format names (``"tf_saved_model"``);
-        ``precision``: ``--export_precision``'s policies. ``filepath`` must be new, empty or an earlier export
-        (anything else there is refused before any work: the export replaces the directory whole)."""
-        if format not in EXPORT_FORMATS:
-            raise ValueError(f"export(format={format!r}): expected one of {list(EXPORT_FORMATS)}")
-        check_replaceable(os.fspath(filepath), SAVED_MODEL)
+        """The command lines' export (``--export_dir``, ``--export_format``), in Keras' format names
+        (``tasks/export_formats.py``): "tf_saved_model" (``serving_default`` on raw text, ``serve_ids``; needs only
+        tensorflow and tensorflow_text to serve), "onnx", "openvino" (raw text through the folder's ``serve.py``
+        with that runtime only); anything else is refused in one line before any work. ``precision``:
+        ``--export_precision``'s policies. ``filepath`` must be new, empty or an earlier export of that format
+        (anything else there is refused before any work: the export replaces the folder whole)."""
+        kind = getattr(self, "export_kind", None) or export_formats.OTHERS.get(type(self).__name__, "this task's")
+        export_formats.check_format(format, memory=bool(getattr(self, "memory", False)), task=kind)
+        check_replaceable(os.fspath(filepath), export_formats.WRITTEN[format])
         model = self
         if precision is not None and precision != hardware.policy_name(self):
             hardware.validate_precision(precision)
@@ -546,9 +548,9 @@ class XLNetTask(TaskModel):
             model.set_weights(self.get_weights())
             object.__setattr__(model, "_tok", self._tok)
         module = model.serving_module()
-        path = module.export(os.fspath(filepath), **self.export_options())
+        path = export_formats.export(module, os.fspath(filepath), format, **self.export_options())
         if verbose is not False:
-            log.info("exported SavedModel to %s", filepath)
+            log.info("exported %s to %s", format, filepath)
         return path
 
     def save(self, filepath, overwrite: bool = True, **kwargs):

@@ -20,6 +20,7 @@ from typing import Any, Dict, Optional, Sequence
 
 from xlnet_tf.data import lengths
 from xlnet_tf.tasks import health, report
+from xlnet_tf.tasks.export_formats import check_format
 from xlnet_tf.fileutil import write_json
 from xlnet_tf.train_config import TrainConfig
 
@@ -37,6 +38,7 @@ class Plan:
     do_predict: bool = False
     export_dir: Optional[str] = None
     export_precision: str = "float32"  # the Keras policy the export computes in (FineTuner.model_for_inference)
+    export_format: str = "tf_saved_model"  # Keras' format names (tasks/export_formats.py)
     export_huggingface: Optional[str] = None  # transformers' model with the same head (config.json + safetensors)
     eval_all_checkpoints: bool = False
     train_batch_size: int = 32
@@ -47,6 +49,10 @@ class Plan:
         if not (self.do_train or self.do_eval or self.do_predict or self.export_dir or self.export_huggingface):
             raise ValueError("nothing to do: pass --do_train, --do_eval, --do_predict, --export_dir and/or "
                              "--export_huggingface")
+        try:
+            check_format(self.export_format)
+        except ValueError as e:
+            raise ValueError(f"--export_format: {e}") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,7 +162,15 @@ class TaskSpec:
         """Writes the predictions of the unlabelled split; returns their path."""
         raise NotImplementedError
 
-    def export(self, model, export_dir: str) -> None:
+    # What ``export_formats.check_format`` calls this task's export ("classifier": every format).
+    export_kind = "task"
+
+    def check_export(self, fmt: str) -> None:
+        """Refuses (one line) an export format this task's export cannot be written in, before any work (the
+        classifier and RACE: every format but in memory mode)."""
+        check_format(fmt, memory=bool(self.options.max_segments), task=self.export_kind)
+
+    def export(self, model, export_dir: str, fmt: str = "tf_saved_model") -> None:
         raise NotImplementedError
 
 
@@ -191,6 +205,8 @@ def run(task: TaskSpec, plan: Plan, config, train_config, strategy=None, init_ch
     ft = finetune.FineTuner(config=config, head_fn=task.head, feature_spec=task.feature_spec(), strategy=strategy,
                             init_checkpoint=init_checkpoint, seed=seed)
     task.finetuner = ft
+    if plan.export_dir:  # a format this export cannot be written in is refused before any work
+        task.check_export(plan.export_format)
     if plan.export_huggingface:  # a head HuggingFace lacks is refused before any work
         try:
             task.head().huggingface_config()
@@ -231,7 +247,8 @@ def run(task: TaskSpec, plan: Plan, config, train_config, strategy=None, init_ch
         path = task.predict(ft.model_for_inference(plan.model_dir), plan.output_dir)
         log.info("predictions: %s", path)
     if plan.export_dir:
-        task.export(ft.model_for_inference(plan.model_dir, precision=plan.export_precision), plan.export_dir)
+        task.export(ft.model_for_inference(plan.model_dir, precision=plan.export_precision), plan.export_dir,
+                    plan.export_format)
     if plan.export_huggingface:
         ft.model_for_inference(plan.model_dir).save_pretrained(plan.export_huggingface, format="huggingface",
                                                                tokenizer=getattr(task.options, "tokenizer", None))

@@ -208,8 +208,10 @@ def test_every_tf_function_traces_without_autograph():
 
 # Modules whose import costs seconds: a function-local import of one of them, or of a project module importing one
 # at its top, is a deliberate delay (a command line answers bad flags before TensorFlow loads; `import xlnet_tf`
-# loads none of them). Any other function-local import is "light" and should sit at its module's top.
-HEAVY = ("tensorflow", "keras", "tensorflow_text", "torch", "transformers", "matplotlib", "sentencepiece")
+# loads none of them), and the export formats' optional runtimes (not installed by requirements.txt). Any other
+# function-local import is "light" and should sit at its module's top.
+HEAVY = ("tensorflow", "keras", "tensorflow_text", "torch", "transformers", "matplotlib", "sentencepiece",
+         "onnx", "onnxruntime", "onnxruntime_extensions", "tf2onnx", "openvino", "openvino_tokenizers")
 MAX_LIGHT_LOCAL_IMPORTS = 30
 PROJECT_CODE = ("xlnet_tf", "heads", "tasks", "data", "examples")  # and the root's *.py entry points
 

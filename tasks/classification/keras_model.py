@@ -122,5 +122,7 @@ class XLNetClassifier(XLNetTask):
     def make_serving(self):
         return ClassifierServing(self, self.tokenizer, self.max_seq_length, label_names=self.label_names)
 
+    export_kind = "classifier"  # every export format (tasks/export_formats.py)
+
     def export_options(self):
         return {"pair": self.pair}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import os
 
-from xlnet_tf.tasks import health, runner
+from xlnet_tf.tasks import export_formats, health, runner
 from xlnet_tf.tasks.classification import features as cls_data
 from xlnet_tf.tasks.classification.glue import write_glue_predictions
 from xlnet_tf.tasks.classification.metrics import compute_metrics
@@ -89,12 +89,14 @@ class ClassifierRun(runner.TaskSpec):
         write_glue_predictions(self.task, preds, path)
         return path
 
-    def export(self, model, export_dir):
+    export_kind = "classifier"
+
+    def export(self, model, export_dir, fmt="tf_saved_model"):
         from xlnet_tf.tasks.classification.serving import ClassifierServing
 
         labels = None if self.task.regression else list(self.task.labels)
         serving = ClassifierServing(model, self.options.tokenizer, self.options.max_seq_length, label_names=labels,
                                     memory=bool(self.options.max_segments))  # the export reads the whole text
-        serving.export(export_dir, pair=self.task.is_pair)
-        log.info("exported SavedModel to %s (signatures: serving_default(text_a%s), serve_ids, embed)", export_dir,
-                 ", text_b" if self.task.is_pair else "")
+        export_formats.export(serving, export_dir, fmt, pair=self.task.is_pair)
+        log.info("exported %s to %s (serving_default(text_a%s)%s)", fmt, export_dir,
+                 ", text_b" if self.task.is_pair else "", ", serve_ids, embed" if fmt == "tf_saved_model" else "")

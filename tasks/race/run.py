@@ -14,7 +14,7 @@ from typing import Dict, Optional
 import numpy as np
 
 from xlnet_tf.data import tfrecord_io
-from xlnet_tf.tasks import health, runner
+from xlnet_tf.tasks import export_formats, health, runner
 from xlnet_tf.tasks.race import features as race_data
 from xlnet_tf.tasks.race import reader as race_task
 from xlnet_tf.tasks.report import class_scores
@@ -166,12 +166,14 @@ class RaceRun(runner.TaskSpec):
                         + "\t".join(f"{x:.6f}" for x in np.asarray(p, np.float64)) + "\n")
         return path
 
-    def export(self, model, export_dir):
+    export_kind = "race"  # every export format (memory mode: tf_saved_model only)
+
+    def export(self, model, export_dir, fmt="tf_saved_model"):
         from xlnet_tf.tasks.race.serving import RaceServing
 
         o = self.options
         # memory mode: the export reads the whole article in windows (no max_segments cap)
-        RaceServing(model, o.tokenizer, o.max_seq_length, self.data.max_qa_length,
-                    memory=bool(o.max_segments)).export(export_dir)
-        log.info("exported SavedModel to %s (signatures: serving_default(article, question, options[4]), "
-                 "serve_ids)", export_dir)
+        export_formats.export(RaceServing(model, o.tokenizer, o.max_seq_length, self.data.max_qa_length,
+                                          memory=bool(o.max_segments)), export_dir, fmt)
+        log.info("exported %s to %s (serving_default(article, question, options[4])%s)", fmt, export_dir,
+                 ", serve_ids" if fmt == "tf_saved_model" else "")

@@ -33,6 +33,7 @@ class SquadRun(runner.TaskSpec):
     """SQuAD v1.1 / v2.0 for the runner. Evaluation predicts the predict file (scoring it when it has answers)
     and writes the best checkpoint's predictions; ``squad``: the window and answer settings."""
     name = "squad"
+    export_kind = "SQuAD"  # a SavedModel only (its windows and answer search: tasks/export_formats.py)
 
     def __init__(self, train, predict, v2: bool, squad: SquadOptions, options: runner.TaskOptions):
         super().__init__(options)
@@ -151,7 +152,7 @@ class SquadRun(runner.TaskSpec):
             log.info("%s has no gold answers: predictions written to %s, nothing scored", self.sources["predict"][1],
                      results_dir)
 
-    def export(self, model, export_dir):
+    def export(self, model, export_dir, fmt="tf_saved_model"):  # (only a SavedModel: ``check_export``)
         from xlnet_tf.tasks.squad.serving import SquadServing  # TensorFlow
 
         o, q = self.options, self.squad
