@@ -17,7 +17,7 @@ from absl import flags
 
 from xlnet_tf.heads import DEFAULT_SUMMARY, SUMMARY_TYPES
 from xlnet_tf.tasks.runner import Plan, TaskOptions
-from xlnet_tf.checkpoint import HF_WRITTEN
+from xlnet_tf.checkpoint import SAVED_FOLDERS
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.fileutil import SAVED_MODEL, check_replaceable
 from xlnet_tf import presets
@@ -257,7 +257,7 @@ def settle(fv: flags.FlagValues) -> None:
         value = fv[name].value if name in fv else None
         if value and "://" not in value:
             try:
-                check_replaceable(os.path.abspath(os.path.expanduser(value)), written)
+                check_replaceable(os.path.abspath(os.path.expanduser(value)), *written)
             except ValueError as e:
                 raise ValueError(f"--{name}={e}") from None
     path = fv["init_checkpoint"].value if "init_checkpoint" in fv else None
@@ -291,10 +291,12 @@ def resolve_init_checkpoint(fv: flags.FlagValues, name: str) -> str:
 
 
 def replaced_dirs(fv: flags.FlagValues) -> dict:
-    """The flags naming a directory the run writes whole, and what it writes there (``fileutil.Written``: only an
-    earlier one is replaced): the export in its ``--export_format``, the HuggingFace export."""
+    """The flags naming a directory the run writes whole, and the writers whose earlier directories it may replace
+    (``fileutil.Written``): the export in its ``--export_format``; the HuggingFace export (or an earlier
+    save_pretrained folder)."""
     fmt = fv["export_format"].value if "export_format" in fv else "tf_saved_model"
-    return {"export_dir": export_formats.WRITTEN.get(fmt, SAVED_MODEL), "export_huggingface": HF_WRITTEN}
+    return {"export_dir": (export_formats.WRITTEN.get(fmt, SAVED_MODEL),),
+            "export_huggingface": SAVED_FOLDERS["huggingface"]}
 
 
 def check_writable_dir(name: str, path: str) -> None:

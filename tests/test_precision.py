@@ -372,7 +372,7 @@ def test_export_precision_flag_reaches_the_runner_plan(tmp_path):
     F = types.SimpleNamespace(output_dir=str(tmp_path), model_dir=None, do_train=False, do_eval=False,
                               do_predict=False, export_dir=str(tmp_path / "export"), eval_all_ckpt=False,
                               train_batch_size=8, export_precision="bfloat16",
-                              export_huggingface=None)
+                              export_huggingface=None, export_format="tf_saved_model")
     assert run_common.plan(F).export_precision == "mixed_bfloat16"
     F.export_precision = "float32"
     assert run_common.plan(F).export_precision == "float32"

@@ -276,6 +276,8 @@ EXTRA_FILES = {TASK_FILE}  # what save_pretrained's extra_files may name
 OWN_WRITTEN = Written("xlnet_tf checkpoint", marks={OWN_CONFIG, "checkpoint", CKPT_NAME + ".index"},
                       names={CKPT_NAME + ".data-00000-of-00001", "xlnet_config.json"} | _BESIDE)
 HF_WRITTEN = Written("HuggingFace export", marks={HF_CONFIG, HF_WEIGHTS}, names=_BESIDE)
+# Either format replaces an earlier save_pretrained folder of either (the one being written named first)
+SAVED_FOLDERS = {"own": (OWN_WRITTEN, HF_WRITTEN), "huggingface": (HF_WRITTEN, OWN_WRITTEN)}
 
 
 def write_tokenizer(folder: str, tokenizer) -> None:
@@ -321,14 +323,14 @@ def save_pretrained(model, directory: str, extra: Optional[Mapping[str, np.ndarr
                          f"({sorted(EXTRA_FILES)})")
     if format not in SAVE_FORMATS:
         raise ValueError(f"format: expected one of {SAVE_FORMATS}, got {format!r}")
-    check_replaceable(directory, HF_WRITTEN if format == "huggingface" else OWN_WRITTEN)
+    check_replaceable(directory, *SAVED_FOLDERS[format])
     if format == "huggingface":
         config = hf_config(model.config, hf_head)  # checked before anything is written
         tensors = hf_backbone_tensors(model)
         if hf_head is not None:  # a task model has no LM head
             del tensors["lm_loss.bias"]
             tensors.update(hf_head.tensors)
-        with atomic_directory(directory, HF_WRITTEN) as tmp:
+        with atomic_directory(directory, *SAVED_FOLDERS[format]) as tmp:
             write_safetensors(os.path.join(tmp, HF_WEIGHTS), tensors)
             write_json(os.path.join(tmp, HF_CONFIG), config, indent=2, sort_keys=True)
             if tokenizer is not None:
@@ -336,7 +338,7 @@ def save_pretrained(model, directory: str, extra: Optional[Mapping[str, np.ndarr
             for name, value in (extra_files or {}).items():
                 write_json(os.path.join(tmp, name), value, indent=2, sort_keys=True)
         return
-    with atomic_directory(directory, OWN_WRITTEN) as tmp:
+    with atomic_directory(directory, *SAVED_FOLDERS[format]) as tmp:
         if tokenizer is not None:
             write_tokenizer(tmp, tokenizer)
         for name, value in (extra_files or {}).items():

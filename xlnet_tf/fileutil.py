@@ -73,19 +73,21 @@ SAVED_MODEL = Written("SavedModel export", marks={"saved_model.pb", SERVING_INFO
                       names={"variables", "assets", "assets.extra", "fingerprint.pb"})
 
 
-def check_replaceable(directory: str, written: Written) -> None:
+def check_replaceable(directory: str, written: Written, *also: Written) -> None:
     """Refuses (ValueError, one line) to write ``written`` at ``directory`` when something there is not an earlier
-    one of its own: a file, or a directory holding anything but an earlier directory of this writer (or nothing).
-    Called before the work, so a refusal costs nothing and loses nothing."""
+    one of its own (or of ``also``, the same writer's other formats): a file, or a directory holding anything but
+    an earlier directory of these writers (or nothing). Called before the work, so a refusal costs nothing and
+    loses nothing."""
     if not os.path.lexists(directory):
         return
     if not os.path.isdir(directory) or os.path.islink(directory):
         raise ValueError(f"{directory}: exists and is not a directory; the {written.what} writes a directory "
                          f"there: remove it or choose another path")
-    if written.holds_only_ours(directory):
+    if any(w.holds_only_ours(directory) for w in (written,) + also):
         return
     entries = sorted(os.listdir(directory))
-    foreign = [e for e in entries if e not in written.names]
+    names = frozenset().union(*(w.names for w in (written,) + also))
+    foreign = [e for e in entries if e not in names]
     missing = sorted(written.marks - set(entries))
     why = (f"holds {foreign[0]!r}" + (f" (+{len(foreign) - 1} more)" if len(foreign) > 1 else "")
            + f", which no {written.what} writes") if foreign else \
@@ -95,14 +97,14 @@ def check_replaceable(directory: str, written: Written) -> None:
 
 
 @contextlib.contextmanager
-def atomic_directory(directory: str, written: Written) -> Iterator[str]:
+def atomic_directory(directory: str, written: Written, *also: Written) -> Iterator[str]:
     """Yields a temp directory; when the block succeeds it replaces ``directory``, else it is removed.
 
-    ``directory`` must be absent, empty or an earlier directory of the same writer (``check_replaceable``, checked
-    before the block runs). An earlier one is only moved aside (then deleted) once the new one is complete, so an
+    ``directory`` must be absent, empty or an earlier directory of the same writer (``written``, or ``also``:
+    ``check_replaceable``, checked before the block runs). An earlier one is only moved aside (then deleted) once the new one is complete, so an
     interrupted or failed write never leaves a half-written directory at the final path.
     """
-    check_replaceable(directory, written)
+    check_replaceable(directory, written, *also)
     parent = os.path.dirname(os.path.abspath(directory)) or "."
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".tmp-{os.getpid()}-", dir=parent)  # the pid: a dead run's leftover is known
@@ -111,7 +113,7 @@ def atomic_directory(directory: str, written: Written) -> Iterator[str]:
         normal_permissions(tmp)
         old = None
         if os.path.exists(directory):
-            check_replaceable(directory, written)  # (still ours: nothing was added while we wrote)
+            check_replaceable(directory, written, *also)  # (still ours: nothing was added while we wrote)
             old = tempfile.mkdtemp(prefix=".old-", dir=parent)
             os.rmdir(old)
             os.replace(directory, old)
