@@ -24,7 +24,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from xlnet_tf.training import Diverged
+from xlnet_tf.training import Diverged, diverged
 from xlnet_tf.tasks import health
 
 
@@ -106,13 +106,6 @@ class FitHealth(keras.callbacks.Callback):
                                   np.repeat(np.arange(len(names)), gold), names, what="class")
 
     def diverged(self, step: int, loss: float) -> Diverged:
-        finite = [(i, v) for i, v in enumerate(self.losses, 1) if math.isfinite(v)]
-        last = finite[-1] if finite else None
-        cfg = self.train_config
-        return Diverged(
-            f"training diverged: loss {loss:g} at step {step}"
-            + (f", the last finite loss {last[1]:.4g} at step {last[0]}" if last else "")
-            + f"; fit stopped and the model's weights hold that step's update: build it again and lower "
-              f"compile(learning_rate=...) (now {cfg.learning_rate:g})"
-            + (f" or clip the gradients harder (clip_norm=..., now {cfg.clip_norm:g})" if cfg.clip_norm
-               else " or clip the gradients (clip_norm=1.0; now off)"), step, last, None)
+        return diverged(f"loss {loss:g}", step, list(enumerate(self.losses, 1)), self.train_config,
+                        "fit stopped and the model's weights hold that step's update (build it again)",
+                        ("compile(learning_rate=...)", "clip_norm"))

@@ -255,18 +255,26 @@ class Trainer:
 
     def _diverged(self, step: int, loss: float, gnorm: float, history) -> Diverged:
         """The error of a step whose loss or gradient norm is not finite (its update is not saved)."""
-        finite = [(s, v) for s, v in history if math.isfinite(v)]
-        last = finite[-1] if finite else None
         kept = self._saved or self.restored_from
         what = f"loss {loss:g}" if not math.isfinite(loss) else f"gradient norm {gnorm:g} (loss {loss:.4g})"
-        cfg = self.config
-        return Diverged(
-            f"training diverged: {what} at step {step}"
-            + (f", the last finite loss {last[1]:.4g} at step {last[0]}" if last else "")
-            + (f"; the last checkpoint ({kept}) is kept" if kept else "; no checkpoint was saved")
-            + f" and nothing is exported: lower --learning_rate (now {cfg.learning_rate:g})"
-            + (f" or clip the gradients harder (--clip, now {cfg.clip_norm:g})" if cfg.clip_norm
-               else " or clip the gradients (--clip=1.0; now off)"), step, last, kept)
+        outcome = (f"the last checkpoint ({kept}) is kept" if kept else "no checkpoint was saved") + \
+            " and nothing is exported"
+        return diverged(what, step, history, self.config, outcome, ("--learning_rate", "--clip"), kept)
+
+
+def diverged(what: str, step: int, history, config: TrainConfig, outcome: str, names, checkpoint=None) -> Diverged:
+    """The one divergence message (the command lines' loop and Keras ``fit``): what was not finite at ``step``,
+    the last finite loss of ``history`` [(step, loss)], ``outcome`` (what was kept), and what to lower, in the
+    caller's option ``names`` (learning rate, clipping)."""
+    finite = [(s, v) for s, v in history if math.isfinite(v)]
+    last = finite[-1] if finite else None
+    lr, clip = names
+    return Diverged(
+        f"training diverged: {what} at step {step}"
+        + (f", the last finite loss {last[1]:.4g} at step {last[0]}" if last else "")
+        + f"; {outcome}: lower {lr} (now {config.learning_rate:g})"
+        + (f" or clip the gradients harder ({clip}, now {config.clip_norm:g})" if config.clip_norm
+           else f" or clip the gradients ({clip}=1.0; now off)"), step, last, checkpoint)
 
 
 def train(model_fn: Callable[[], Any], dataset_fn: Callable, config: TrainConfig,
