@@ -426,9 +426,7 @@ class XLNetTask(TaskModel):
         unbatched: batched here) -> a dataset of (features, labels[, weights]) batches the steps read
         (``micro_batches`` > 1: stacked k at a time, the update's gradient accumulation; each padded to
         ``max_seq_length`` so they stack). Every array input is checked here (``tasks/keras_inputs.py``)."""
-        fixed = self.max_seq_length if micro_batches > 1 else None
-        # the map's function traced as written (no AutoGraph), as every graph function of the project
-        preprocess = lambda *e: self._preprocess(*e, length=fixed)  # noqa: E731
+        preprocess = self._preprocess_fn(self.max_seq_length if micro_batches > 1 else None)
         if batch_size is not None and (isinstance(batch_size, bool) or int(batch_size) < 1):
             raise ValueError(f"batch_size={batch_size!r}: expected an integer >= 1")
         if isinstance(x, tf.data.Dataset):
@@ -493,6 +491,21 @@ class XLNetTask(TaskModel):
     @property
     def num_labels(self) -> int:
         raise ValueError(f"class_weight: {type(self).__name__} has no classes")
+
+    def _preprocess_fn(self, length: Optional[int]):
+        """``_preprocess`` as one graph function per set of layout options, traced once and called by every later
+        dataset's map (a map traces its function anew: the tokenizer and the layout cost ~1.5 s of tracing on
+        every ``fit`` / ``evaluate`` / ``predict`` call without it). Traced as written (no AutoGraph), as every
+        graph function of the project."""
+        key = (length, self.max_seq_length, self.length_multiple, id(self._tok))
+        cache = self.__dict__.get("_preprocess_fns")
+        if cache is None:
+            cache = {}
+            object.__setattr__(self, "_preprocess_fns", cache)  # (not a Keras-tracked attribute)
+        if key not in cache:
+            cache[key] = tf.function(lambda e: self._preprocess(*e, length=length), autograph=False)
+        fn = cache[key]
+        return lambda *element: fn(element)
 
     def _preprocess(self, *element, length=None):
         if len(element) == 1 or not self.labelled(element):
