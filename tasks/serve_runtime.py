@@ -181,24 +181,39 @@ def _spm_char(c: str) -> str:
     return c if o in _SPM_KEPT else unicodedata.normalize("NFKC", c)
 
 
+def _spm_chunks(text: str):
+    """(start, normalized) of each character, or of the longest run of it and the combining marks (Hangul
+    vowel and final jamo) after it that composes into one character, as the charsmap's entries do."""
+    chunks, i = [], 0
+    while i < len(text):
+        k = i + 1
+        while k < len(text) and (unicodedata.combining(text[k]) or "\u1160" <= text[k] <= "\u11ff"):
+            k += 1
+        j = next((j for j in range(k, i + 1, -1) if len(unicodedata.normalize("NFC", text[i:j])) == 1), i + 1)
+        chunks.append((i, _spm_char(text[i]) if j == i + 1 else unicodedata.normalize("NFKC", text[i:j])))
+        i = j
+    return chunks
+
+
 def spm_normalize(text: str):
     """SentencePiece's normalized text (``▁`` for spaces, the dummy prefix, whitespace runs collapsed, edges
     dropped) and ``norm_to_orig`` [len + 1]: the character of ``text`` each normalized character came from
     (SentencePiece's ``Normalizer::Normalize``)."""
-    out, origin, prev_space, i = [], [], True, 0
-    for i, c in enumerate(text):
-        s = _spm_char(c)
+    out, origin, prev_space = [], [], True
+    chunks = _spm_chunks(text)
+    lead = next((i for i, s in chunks if s != " "), len(text))  # the dummy prefix's origin
+    for i, s in chunks:
         if prev_space:
             s = s.lstrip(" ")
         if s:
             if not out:
                 out.append(SPIECE_UNDERLINE)
-                origin.append(i)
+                origin.append(lead)
             out.extend(s.replace(" ", SPIECE_UNDERLINE))
             origin.extend([i] * len(s))
             prev_space = s.endswith(" ")
     end = len(text)
-    while len(out) > 1 and out[-1] == SPIECE_UNDERLINE:
+    while out and out[-1] == SPIECE_UNDERLINE:
         out.pop()
         end = origin.pop()
     return "".join(out), origin + [end]
@@ -207,8 +222,8 @@ def spm_normalize(text: str):
 def piece_spans(text: str, pieces, unk: str = "<unk>"):
     """Each piece's ``[begin, end)`` in characters of ``text``, as SentencePiece reports them (the TF path's
     offsets): the pieces laid over the normalized text, an unknown run (``unk``) up to where the next piece
-    matches. Where the per-character normalizer above differs from the model's (a character sequence the
-    charsmap composes, e.g. Hangul jamo), the pieces are laid over it by ``difflib``'s matching blocks."""
+    matches. Where the normalizer above differs from the model's (none known: it is SentencePiece's on every
+    string tried), the pieces are laid over it by ``difflib``'s matching blocks."""
     norm, origin = spm_normalize(text)
     bounds, pos = [0], 0
     for k, piece in enumerate(pieces):
@@ -229,10 +244,14 @@ def _spans_by_matching(norm: str, origin, pieces, unk: str):
     joined = "".join("\ufffd" if p == unk else p for p in pieces)
     blocks = difflib.SequenceMatcher(None, joined, norm, autojunk=False).get_matching_blocks()
 
-    def at(j):  # a position of ``joined`` -> one of ``norm``
+    def at(j):  # a position of ``joined`` -> one of ``norm`` (in a gap between matches: where the gap starts)
+        end = 0
         for a, b, size in blocks:
+            if j < a:
+                return end
             if j < a + size or not size:
-                return min(b + max(j - a, 0), len(norm))
+                return b + j - a
+            end = b + size
         return len(norm)
 
     cuts = np.cumsum([0] + [1 if p == unk else len(p) for p in pieces]).tolist()
@@ -526,7 +545,7 @@ class Served:
         """``serving_default(question [n], context [n])`` -> ``answer_text``, ``answer_start`` / ``answer_end``
         (characters of the context), ``score``, ``null_odds``, ``no_answer_probability``, ``has_answer``."""
         lay = self.layout
-        question, context = _texts(question), _texts(context)
+        question, context = _texts(question, "question"), _texts(context, "context")
         if len(question) != len(context):
             raise ValueError(f"question has {len(question)} rows, context {len(context)}: they must match")
         if not context:  # an empty request: the one-row answer's shapes with no rows
@@ -539,8 +558,8 @@ class Served:
     def race(self, article, question, options):
         """``serving_default(article [n], question [n], options [n, 4])`` -> ``choice``, ``probabilities``."""
         lay = self.layout
-        article, question = _texts(article), _texts(question)
-        options = [_texts(o) for o in options]
+        article, question = _texts(article, "article"), _texts(question, "question")
+        options = [_texts(o, "options") for o in _texts(options, "options", strings=False)]
         n, k = len(article), lay["num_choices"]
         if len(question) != n or len(options) != n or any(len(o) != k for o in options):
             raise ValueError(f"article [{n}], question [{len(question)}] and options [n, {k}] must match")
@@ -556,13 +575,13 @@ class Served:
         """``serving_default(text_a [n], text_b [n])`` -> ``logits``, ``probabilities``, ``label``, ``label_name``
         (regression: ``score``)."""
         lay = self.layout
-        text_a = _texts(text_a)
+        text_a = _texts(text_a, "text_a")
         n = len(text_a)
         ids_a = self.encode(text_a)
         if text_b is None:
             ids_b = [[] for _ in range(n)]
         else:
-            text_b = _texts(text_b)
+            text_b = _texts(text_b, "text_b")
             if len(text_b) != n:
                 raise ValueError(f"text_a has {n} rows, text_b {len(text_b)}")
             ids_b = self.encode(text_b)
@@ -576,7 +595,12 @@ class Served:
         return out
 
 
-def _texts(rows):
+def _texts(rows, name: str, strings: bool = True):
+    """A request's rows (str or UTF-8 bytes each); one string instead of a list is refused in one line."""
+    if isinstance(rows, (str, bytes)):
+        raise ValueError(f"{name}: expected a list of rows, got one string {rows[:40]!r}")
+    if not strings:
+        return list(rows)
     return [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in rows]
 
 

@@ -35,6 +35,10 @@ if "squad" in request:  # each context piece's characters in its context, the wi
                                         served.layout)
     last["squad"] = [[list(t[1:]) for t in tokens], [list(r) for r in rows],
                      [w[:3] + [sorted(w[3])] for w in windows]]
+    try:  # one context instead of a list
+        served(question=["Who?"], context="Ann did.")
+    except ValueError as e:
+        last["squad"].append(str(e))
 answers.append(last)
 leaked = [m for m in sys.modules if m.split(".")[0] in ("tensorflow", "xlnet_tf", "keras", "tensorflow_text")]
 assert not leaked, leaked
@@ -155,6 +159,7 @@ def squad_exports(tmp_path_factory):
     model.export(str(root / "onnx"), format="onnx")
     spec = SquadRun(None, None, True, options, TaskOptions(tokenizer=model.tokenizer, config=model.config,
                                                              max_seq_length=64, cache_dir=str(root)))
+    spec.check_export("openvino")  # the command line's check before any work: SQuAD takes every format now
     spec.export(model, str(root / "openvino"), "openvino")
     (root / "requests.json").write_text(json.dumps({"calls": calls, "encode": calls[0]["question"][:4],
                                                     "squad": calls[0]}))
@@ -165,14 +170,15 @@ def squad_exports(tmp_path_factory):
 def _squad_layout(model, call):
     """The SavedModel's in-graph pieces' character spans and windows (``SquadServing.features``), as the runner
     gives them: [[starts, ends] per context], [(tokens, segments, p_mask) per window], [[example, doc_start,
-    paragraph_len, max-context positions] per window]."""
+    paragraph_len, max-context positions] per window], and the runner's refusal of one string for a list."""
     feats, windows, tokens = model.serving_module().features(call["question"], call["context"])
     f = {k: v.numpy().tolist() for k, v in feats.items()}
     n = [sum(m) for m in f["padding_mask"]]
     rows = [[f[k][w][:n[w]] for k in ("input_ids", "segment_ids", "p_mask")] for w in range(len(n))]
     info = [[int(windows[k][w]) for k in ("example_index", "doc_start", "paragraph_len")]
             + [[p for p, mine in enumerate(windows["max_context"][w].numpy().tolist()) if mine]] for w in range(len(n))]
-    return [[list(t) for t in zip(tokens["starts"].to_list(), tokens["ends"].to_list())], rows, info]
+    return [[list(t) for t in zip(tokens["starts"].to_list(), tokens["ends"].to_list())], rows, info,
+            "context: expected a list of rows, got one string 'Ann did.'"]
 
 
 def _serve_without_tensorflow(root, fmt, expected, ids, squad=None):
@@ -230,6 +236,32 @@ def test_a_squad_export_answers_as_the_saved_model_without_tensorflow(squad_expo
     assert found.sum() > 10 and not found[-4:-2].any()  # spans found; none in the empty and blank contexts
     assert max(w[0] for w in layout[2]) == len(found) - 1 and len(layout[2]) > 3 * len(found)  # several windows each
     _serve_without_tensorflow(root, fmt, expected, ids, layout)
+
+
+def test_the_runner_finds_sentencepieces_offsets_without_it():
+    """``serve.py``'s ``piece_spans`` (the pieces laid over its emulation of SentencePiece's normalizer) gives
+    SentencePiece's own offsets on strings of what the normalizer changes: spaces and controls it drops or
+    collapses, NFKC, marks it composes (Hangul jamo too), unknown runs; a normalizer it does not know (pieces the
+    emulation does not produce) still gets spans in order."""
+    import importlib.util
+    import random
+
+    from xlnet_tf.tasks.squad.features import _OffsetEncoder
+    from xlnet_tf.tokenizer import XLNetTokenizer
+
+    spec = importlib.util.spec_from_file_location("serve_runtime", os.path.join(REPO, "tasks", "serve_runtime.py"))
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    encode = _OffsetEncoder(XLNetTokenizer(shared_path("spiece", "spiece.model")).sp)
+    rng = random.Random(0)
+    alphabet = list("ab 01,.\t``''") + [chr(c) for c in (0x301, 0x308, 0x327, 0xe9, 0xbd, 0xfb01, 0x3000, 0x7, 0x200b,
+                                                        0x200e, 0xfeff, 0x2603, 0x1100, 0x1161, 0x11a8, 0x4e2d)]
+    for _ in range(400):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
+        pieces, _, spans = encode(text)
+        pieces = ["<unk>" if i == 0 else p for p, i in zip(pieces, encode(text)[1])]
+        assert runner.piece_spans(text, pieces) == spans, text
+    assert runner.piece_spans("x\u00bd y", ["\u2581x", "\u00bd", "\u2581y"]) == [(0, 1), (1, 2), (2, 4)]
 
 
 @pytest.mark.parametrize("fmt, message", [
