@@ -160,9 +160,9 @@ def group_plan(lengths, max_len: int, multiple: int, max_groups: int, group_cost
 
 
 # ---------------------------------------------------------------------------------------------- SQuAD: offsets
-# SentencePiece's nmt_nfkc normalizer per character (the model's charsmap, checked on every code point up to
-# U+2FFFF but the combining marks, which the preprocessing drops): controls deleted, these spaces to " ",
-# every other character NFKC but the few the charsmap (an older Unicode) keeps.
+# SentencePiece's nmt_nfkc normalizer (the model's charsmap: the same on every code point up to U+2FFFF, a
+# character and its marks in ``_spm_chunks``): controls deleted, these spaces to " ", every other character NFKC
+# but the few the charsmap (an older Unicode) keeps.
 _SPM_DELETED = set(range(1, 9)) | {0x0B} | set(range(0x0E, 0x20)) | {0x7F, 0x8F, 0x9F}
 _SPM_SPACES = {0x09, 0x0A, 0x0C, 0x0D, 0x1680, 0x200B, 0x200C, 0x200D, 0x200E, 0x200F, 0x2028, 0x2029, 0x2581,
                0xFEFF, 0xFFFD}
