@@ -109,7 +109,7 @@ def race_exports(tmp_path_factory):
 
 def _squad_questions():
     """Real SQuAD v2.0 dev questions: unanswerable and answerable ones, contexts with accents or other non-ASCII
-    characters, with digit-comma numbers ("1,000,"), all longer than one window of the model below."""
+    characters, with digit-comma numbers ("1,000,"); each context several windows of the model below."""
     import re
 
     from xlnet_tf.tasks.squad.reader import read_squad
@@ -258,8 +258,8 @@ def test_the_runner_finds_sentencepieces_offsets_without_it():
                                                         0x200e, 0xfeff, 0x2603, 0x1100, 0x1161, 0x11a8, 0x4e2d)]
     for _ in range(400):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
-        pieces, _, spans = encode(text)
-        pieces = ["<unk>" if i == 0 else p for p, i in zip(pieces, encode(text)[1])]
+        pieces, ids, spans = encode(text)
+        pieces = ["<unk>" if i == 0 else p for p, i in zip(pieces, ids)]  # an unknown run's piece: its surface
         assert runner.piece_spans(text, pieces) == spans, text
     assert runner.piece_spans("x\u00bd y", ["\u2581x", "\u00bd", "\u2581y"]) == [(0, 1), (1, 2), (2, 4)]
 
