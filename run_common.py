@@ -181,7 +181,7 @@ def model_dir(F) -> str:
 
 
 def check_export(F, spec) -> None:
-    """A ``--export_format`` the task's export cannot be written in (memory mode, RACE, SQuAD: SavedModels only),
+    """A ``--export_format`` the task's export cannot be written in (memory mode: a SavedModel only),
     refused in one line before ``start_run`` (the format name itself: ``Plan.check``)."""
     if F.export_dir:
         try:

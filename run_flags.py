@@ -134,7 +134,7 @@ def _define_output_flags(d: Definer) -> None:
     d.string("export_format", Plan.export_format, "What --export_dir holds, in Keras' format names: tf_saved_model "
              "(a SavedModel: TensorFlow + tensorflow_text), onnx (ONNX Runtime + onnxruntime-extensions) or openvino "
              "(OpenVINO + openvino-tokenizers); the last two serve raw text through the export's serve.py without "
-             "TensorFlow (the classifier and RACE; memory mode and SQuAD are SavedModels only, refused before work).")
+             "TensorFlow (memory mode is a SavedModel only, refused before work).")
     d.bool("overwrite_output_dir", False, "Replace the run in --output_dir (its checkpoints and cached features) "
            "when it differs from this one; without it such a run refuses to start.")
 

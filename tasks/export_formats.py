@@ -14,8 +14,9 @@ its layout constants), each written to a temporary folder and renamed into place
 Both carry ``serve.py`` (``tasks/serve_runtime.py``: text normalisation, the digit-comma rule, the layout and
 the length groups, in numpy; the same names in and out as ``serving_default``), ``layout.json`` (its constants)
 and ``pieces.json`` (the vocabulary). Served with their runtime only: neither TensorFlow nor xlnet_tf.
-Written for the classifier and RACE (``RaceServing``: ``serving_default(article, question, options)``). What they
-do not hold is refused in one line before any work: SQuAD (its windows and answer search: ``tf_saved_model``),
+Written for the classifier, RACE (``RaceServing``: ``serving_default(article, question, options)``) and SQuAD
+(``SquadServing``: its ``serve_ids`` on right-padded windows in the graph; the pieces' character offsets, the
+windows and the answer search in ``serve.py``). What they do not hold is refused in one line before any work:
 memory mode (its window loop), and ``litert`` (XLNet's in-graph SentencePiece and dynamic lengths have no TFLite
 builtin).
 """
@@ -47,9 +48,13 @@ WRITTEN = {"tf_saved_model": SAVED_MODEL,
            "openvino": Written("OpenVINO export", marks={"model.xml", "model.bin", "tokenizer.xml"} | _RUNNER_FILES,
                                names={"tokenizer.bin", "__pycache__"})}
 # The serving modules these formats are written for (the runner's ``layout["task"]``).
-TASKS = {"ClassifierServing": "classifier", "RaceServing": "race"}
+TASKS = {"ClassifierServing": "classifier", "RaceServing": "race", "SquadServing": "squad"}
 # What a refusal calls the other serving modules.
-OTHERS = {"SquadServing": "SQuAD", "XLNetQuestionAnswerer": "SQuAD", "GenerationModule": "generation"}
+OTHERS = {"GenerationModule": "generation"}
+# What ``serving_default`` takes and gives, by task (``serving_info.json``; the classifier's by its labels).
+SIGNATURES = {"race": (["article", "question", "options"], ["choice", "probabilities"]),
+              "squad": (["question", "context"], ["answer_text", "answer_start", "answer_end", "score", "null_odds",
+                                                  "no_answer_probability", "has_answer"])}
 
 
 def check_format(fmt: str, memory: bool = False, task: str = "classifier") -> str:
@@ -88,13 +93,16 @@ def export(module, path: str, fmt: str = "tf_saved_model", **text_options) -> st
 # ---------------------------------------------------------------------------------------------- shared parts
 def ids_function(module):
     """The serving module's ``serve_ids`` without its string output (``label_name``: the runner names the label),
-    traced without the compiled attention kernel: (concrete function, its numeric output names)."""
+    traced without the compiled attention kernel (SQuAD: its ``serve_ids`` on right-padded windows)."""
     import tensorflow as tf
 
     from xlnet_tf import accel
 
     if hasattr(module, "_build_position_tables"):
         module._build_position_tables()
+    if TASKS[type(module).__name__] == "squad":
+        with accel.portable_graph():
+            return module.ids_fn().get_concrete_function()
     race = type(module).__name__ == "RaceServing"
     spec = tf.TensorSpec([None, module.num_choices, None] if race else [None, None], tf.int32)
 
@@ -110,6 +118,7 @@ def ids_function(module):
 def layout(module, fmt: str, pair: bool) -> Dict:
     """The runner's constants (``layout.json``)."""
     from xlnet_tf.export import GROUP_COST_TOKENS, SEG_PAD_CLASSIFIER
+    from xlnet_tf.tasks.squad.serving import SEG_PAD as SEG_PAD_SQUAD
 
     tok = module.tokenizer
     out = {"format": fmt, "task": TASKS[type(module).__name__], "precision": "f32",
@@ -119,6 +128,11 @@ def layout(module, fmt: str, pair: bool) -> Dict:
            "group_cost_tokens": GROUP_COST_TOKENS, "serving_multiple": SERVING_MULTIPLE}
     if out["task"] == "race":
         return dict(out, max_qa_length=module.max_qa_length, num_choices=module.num_choices)
+    if out["task"] == "squad":
+        return dict(out, seg_pad=SEG_PAD_SQUAD, max_query_length=module.max_query_length,
+                    doc_stride=module.doc_stride, max_answer_length=module.max_answer_length,
+                    null_threshold=module.null_threshold,
+                    allow_last_paragraph_token=module.allow_last_paragraph_token)
     names = None if module.regression else [n.decode("utf-8") for n in module.label_names.numpy().tolist()]
     return dict(out, pair=bool(pair), label_names=names, exact_single_row=bool(module.exact_single_row))
 
@@ -143,8 +157,8 @@ def _write_common(module, tmp: str, fmt: str, pair: bool, files: Dict[str, str])
         json.dump(_pieces(_spiece_proto(module)), f, ensure_ascii=False)
     shutil.copyfile(RUNNER, os.path.join(tmp, "serve.py"))
     info = serving_info(module)
-    if lay["task"] == "race":
-        inputs, outputs = ["article", "question", "options"], ["choice", "probabilities"]
+    if lay["task"] in SIGNATURES:
+        inputs, outputs = SIGNATURES[lay["task"]]
     else:
         inputs = ["text_a", "text_b"] if pair else ["text_a"]
         outputs = ["logits", "probabilities", "label", "label_name"] if lay["label_names"] else ["score"]

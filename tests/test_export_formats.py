@@ -1,9 +1,10 @@
 """``export(path, format=...)``: the ONNX and OpenVINO exports (``tasks/export_formats.py``) answer raw text in a
 process that imports neither TensorFlow nor xlnet_tf (only numpy and the runtime: onnxruntime +
-onnxruntime-extensions, openvino + openvino-tokenizers), with the SavedModel's answers on real SST-2 sentences and
-MRPC pairs (float32: logits and probabilities within 1e-5, the same labels); formats they cannot hold, and
-unknown ones, are refused in one line. One tiny pair classifier (random weights, the real spiece.model) and its
-three exports, shared by the module."""
+onnxruntime-extensions, openvino + openvino-tokenizers), with the SavedModel's answers on real SST-2 sentences,
+MRPC pairs, RACE and SQuAD v2.0 dev questions (float32: scores within 1e-5; the same labels, dtypes and shapes; the
+same SQuAD answer texts and character offsets); formats they cannot hold, and unknown ones, are refused in one
+line. One tiny model per task (random weights, the real spiece.model) and its three exports, shared by the
+module."""
 
 import json
 import os
@@ -25,8 +26,20 @@ request = json.load(open(sys.argv[2]))
 answers = []
 for kwargs in request["calls"]:
     out = served(**kwargs)
-    answers.append({k: [x.decode() if isinstance(x, bytes) else x for x in v.tolist()] for k, v in out.items()})
-answers.append({"ids": served.encode(request["encode"])})
+    answers.append({k: [str(v.dtype), list(v.shape), [x.decode() if isinstance(x, bytes) else x for x in v.tolist()]]
+                    for k, v in out.items()})
+last = {"ids": served.encode(request["encode"])}
+if "squad" in request:  # each context piece's characters in its context, the windows' rows and max-context positions
+    tokens = serve.context_tokens(served, request["squad"]["context"])
+    rows, windows = serve.squad_windows([t[0] for t in tokens], served.encode(request["squad"]["question"]),
+                                        served.layout)
+    last["squad"] = [[list(t[1:]) for t in tokens], [list(r) for r in rows],
+                     [w[:3] + [sorted(w[3])] for w in windows]]
+    try:  # one context instead of a list
+        served(question=["Who?"], context="Ann did.")
+    except ValueError as e:
+        last["squad"].append(str(e))
+answers.append(last)
 leaked = [m for m in sys.modules if m.split(".")[0] in ("tensorflow", "xlnet_tf", "keras", "tensorflow_text")]
 assert not leaked, leaked
 print(json.dumps(answers))
@@ -94,16 +107,95 @@ def race_exports(tmp_path_factory):
     return root, expected, [model.tokenizer.encode(calls[1]["question"][0])]
 
 
-def _serve_without_tensorflow(root, fmt, expected, ids):
+def _squad_questions():
+    """Real SQuAD v2.0 dev questions: unanswerable and answerable ones, contexts with accents or other non-ASCII
+    characters, with digit-comma numbers ("1,000,"); each context several windows of the model below."""
+    import re
+
+    from xlnet_tf.tasks.squad.reader import read_squad
+
+    picks = {"impossible": [], "answerable": [], "unicode": [], "digits": []}
+    for ex in read_squad(shared_path("squad", "dev-v2.0.json")):
+        kind = ("unicode" if not ex.context.isascii() else "digits" if re.search(r"\d,\d", ex.context)
+                else "impossible" if ex.is_impossible else "answerable")
+        if len(picks[kind]) < 5 and all(ex.context != e.context for e in picks[kind]):
+            picks[kind].append(ex)
+    return [(e.question, e.context) for kind in picks.values() for e in kind]
+
+
+# Edge cases beside the real questions: an empty and a blank context, accents, LaTeX quotes, Greek capitals, digit
+# commas, SentencePiece's own normalisation (a zero-width space, a byte-order mark, "½", an unknown character run).
+SQUAD_EDGES = [("What?", ""), ("Who?", " \t "),
+               ("Who wrote it?", "Caf\u00e9 na\u00efve \u00bd ``quoted'' \u03a3\u0391\u03a3 \u039f\u0394\u039f\u03a3 "
+                                 "wrote 1,000,000, pages in 12, 3,4, days."),
+               ("Where?", "x\u200b\u200by \ufeffin \u2603\u2604 the \u00c5ngstr\u00f6m lab, 1,5,")]
+
+
+@pytest.fixture(scope="module")
+def squad_exports(tmp_path_factory):
+    """A tiny SQuAD model (random weights; windows of 64 pieces, stride 24), its SavedModel answers to real dev
+    questions and the edge cases, its ONNX export (``export(format=)``) and its OpenVINO one (``run_squad.py``'s
+    path, ``SquadRun.export``)."""
+    import keras
+    import tensorflow as tf
+
+    from xlnet_tf.config import XLNetConfig
+    from xlnet_tf.tasks import XLNetQuestionAnswerer
+    from xlnet_tf.tasks.runner import TaskOptions
+    from xlnet_tf.tasks.squad.run import SquadOptions, SquadRun
+
+    keras.utils.set_random_seed(7)
+    options = SquadOptions(max_query_length=16, doc_stride=24, max_answer_length=8)
+    model = XLNetQuestionAnswerer(XLNetConfig(**tiny()), tokenizer=shared_path("spiece", "spiece.model"),
+                                  max_seq_length=64, max_query_length=16, doc_stride=24, max_answer_length=8)
+    pairs = _squad_questions() + SQUAD_EDGES
+    calls = [{"question": [q for q, _ in pairs], "context": [c for _, c in pairs]},
+             {"question": [pairs[0][0]], "context": [pairs[0][1]]}, {"question": [], "context": []}]
+    root = tmp_path_factory.mktemp("squad_formats")
+    model.export(str(root / "saved"))
+    served = tf.saved_model.load(str(root / "saved")).signatures["serving_default"]
+    expected = [{k: v.numpy() for k, v in served(**{n: tf.constant(x, tf.string) for n, x in c.items()}).items()}
+                for c in calls]
+    model.export(str(root / "onnx"), format="onnx")
+    spec = SquadRun(None, None, True, options, TaskOptions(tokenizer=model.tokenizer, config=model.config,
+                                                             max_seq_length=64, cache_dir=str(root)))
+    spec.check_export("openvino")  # the command line's check before any work: SQuAD takes every format now
+    spec.export(model, str(root / "openvino"), "openvino")
+    (root / "requests.json").write_text(json.dumps({"calls": calls, "encode": calls[0]["question"][:4],
+                                                    "squad": calls[0]}))
+    return root, expected, [model.tokenizer.encode(q) for q in calls[0]["question"][:4]], _squad_layout(model,
+                                                                                                       calls[0])
+
+
+def _squad_layout(model, call):
+    """The SavedModel's in-graph pieces' character spans and windows (``SquadServing.features``), as the runner
+    gives them: [[starts, ends] per context], [(tokens, segments, p_mask) per window], [[example, doc_start,
+    paragraph_len, max-context positions] per window], and the runner's refusal of one string for a list."""
+    feats, windows, tokens = model.serving_module().features(call["question"], call["context"])
+    f = {k: v.numpy().tolist() for k, v in feats.items()}
+    n = [sum(m) for m in f["padding_mask"]]
+    rows = [[f[k][w][:n[w]] for k in ("input_ids", "segment_ids", "p_mask")] for w in range(len(n))]
+    info = [[int(windows[k][w]) for k in ("example_index", "doc_start", "paragraph_len")]
+            + [[p for p, mine in enumerate(windows["max_context"][w].numpy().tolist()) if mine]] for w in range(len(n))]
+    return [[list(t) for t in zip(tokens["starts"].to_list(), tokens["ends"].to_list())], rows, info,
+            "context: expected a list of rows, got one string 'Ann did.'"]
+
+
+def _serve_without_tensorflow(root, fmt, expected, ids, squad=None):
     proc = subprocess.Popen([sys.executable, "-c", SERVED, str(root / fmt), str(root / "requests.json")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(root),
                             env=dict(os.environ, PYTHONPATH=""))
     out, _ = finish(proc, timeout=300)
     answers = json.loads(out.strip().splitlines()[-1])
-    assert answers.pop()["ids"] == ids  # the runtime's SentencePiece + the runner's rules = XLNetTokenizer.encode
+    last = answers.pop()
+    assert last["ids"] == ids  # the runtime's SentencePiece + the runner's rules = XLNetTokenizer.encode
+    assert last.get("squad") == squad
+    assert len(answers) == len(expected)
     for want, got in zip(expected, answers):
         assert set(got) == set(want)
         for k, v in want.items():
+            dtype, shape, got[k] = got[k]
+            assert (dtype, shape) == (str(v.dtype), list(v.shape)), k
             if v.dtype.kind in "SO":
                 assert got[k] == [x.decode() for x in v.tolist()], k
             elif v.dtype.kind == "f":
@@ -130,6 +222,48 @@ def test_a_race_export_serves_raw_text_without_tensorflow_as_the_saved_model(rac
     _serve_without_tensorflow(root, fmt, expected, ids)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["onnx", "openvino"])
+def test_a_squad_export_answers_as_the_saved_model_without_tensorflow(squad_exports, fmt):
+    """The same answer texts and character offsets, has_answer and scores (within 1e-5) on real dev questions
+    (contexts of several windows, length groups) and the edge cases; one question alone; an empty request."""
+    root, expected, ids, layout = squad_exports
+    info = json.loads((root / fmt / "serving_info.json").read_text())
+    assert info["inputs"] == ["question", "context"] and set(info["outputs"]) == set(expected[0])
+    constants = json.loads((root / fmt / "layout.json").read_text())
+    assert (constants["task"], constants["doc_stride"], constants["null_threshold"]) == ("squad", 24, 0.0)
+    found = expected[0]["answer_start"] >= 0
+    assert found.sum() > 10 and not found[-4:-2].any()  # spans found; none in the empty and blank contexts
+    assert max(w[0] for w in layout[2]) == len(found) - 1 and len(layout[2]) > 3 * len(found)  # several windows each
+    _serve_without_tensorflow(root, fmt, expected, ids, layout)
+
+
+def test_the_runner_finds_sentencepieces_offsets_without_it():
+    """``serve.py``'s ``piece_spans`` (the pieces laid over its emulation of SentencePiece's normalizer) gives
+    SentencePiece's own offsets on strings of what the normalizer changes: spaces and controls it drops or
+    collapses, NFKC, marks it composes (Hangul jamo too), unknown runs; a normalizer it does not know (pieces the
+    emulation does not produce) still gets spans in order."""
+    import importlib.util
+    import random
+
+    from xlnet_tf.tasks.squad.features import _OffsetEncoder
+    from xlnet_tf.tokenizer import XLNetTokenizer
+
+    spec = importlib.util.spec_from_file_location("serve_runtime", os.path.join(REPO, "tasks", "serve_runtime.py"))
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    encode = _OffsetEncoder(XLNetTokenizer(shared_path("spiece", "spiece.model")).sp)
+    rng = random.Random(0)
+    alphabet = list("ab 01,.\t``''") + [chr(c) for c in (0x301, 0x308, 0x327, 0xe9, 0xbd, 0xfb01, 0x3000, 0x7, 0x200b,
+                                                        0x200e, 0xfeff, 0x2603, 0x1100, 0x1161, 0x11a8, 0x4e2d)]
+    for _ in range(400):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
+        pieces, ids, spans = encode(text)
+        pieces = ["<unk>" if i == 0 else p for p, i in zip(pieces, ids)]  # an unknown run's piece: its surface
+        assert runner.piece_spans(text, pieces) == spans, text
+    assert runner.piece_spans("x\u00bd y", ["\u2581x", "\u00bd", "\u2581y"]) == [(0, 1), (1, 2), (2, 4)]
+
+
 @pytest.mark.parametrize("fmt, message", [
     ("litert", "export format 'litert': not available (XLNet's in-graph SentencePiece and dynamic lengths have no "
                "TFLite builtin ops); accepted: tf_saved_model, onnx, openvino"),
@@ -147,9 +281,9 @@ def test_memory_mode_and_other_tasks_are_refused_in_one_line():
 
     with pytest.raises(ValueError, match=r"^export format 'onnx': memory mode .* SavedModel only"):
         check_format("onnx", memory=True)
-    with pytest.raises(ValueError, match=r"^export format 'openvino': the SQuAD export is a SavedModel only"):
-        check_format("openvino", task="SQuAD")
-    assert check_format("onnx", task="race") == "onnx"
+    with pytest.raises(ValueError, match=r"^export format 'openvino': the generation export is a SavedModel only"):
+        check_format("openvino", task="generation")
+    assert check_format("onnx", task="race") == check_format("onnx", task="squad") == "onnx"
 
 
 def test_the_command_line_refuses_a_format_before_any_work(glue, tmp_path):

@@ -33,6 +33,8 @@ class XLNetQuestionAnswerer(XLNetTask):
     """``XLNetQuestionAnswerer.from_pretrained(path, max_seq_length=512)``; the windowing and answer options are
     ``run_squad.py``'s flags of the same names."""
 
+    export_kind = "squad"  # every export format (tasks/export_formats.py)
+
     def __init__(self, config, max_query_length: int = 64, doc_stride: int = 128, max_answer_length: int = 64,
                  null_threshold: Optional[float] = SquadOptions.null_score_diff_threshold,
                  allow_last_paragraph_token: bool = False, **kwargs):

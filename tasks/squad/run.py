@@ -9,7 +9,7 @@ import logging
 import os
 import time
 
-from xlnet_tf.tasks import health, runner
+from xlnet_tf.tasks import export_formats, health, runner
 from xlnet_tf.tasks.squad import features as squad_data
 from xlnet_tf.tasks.squad import metrics as squad_eval
 from xlnet_tf.tasks.squad.postprocess import SquadPredictions, concat_results, postprocess, write_predictions
@@ -33,7 +33,7 @@ class SquadRun(runner.TaskSpec):
     """SQuAD v1.1 / v2.0 for the runner. Evaluation predicts the predict file (scoring it when it has answers)
     and writes the best checkpoint's predictions; ``squad``: the window and answer settings."""
     name = "squad"
-    export_kind = "SQuAD"  # a SavedModel only (its windows and answer search: tasks/export_formats.py)
+    export_kind = "squad"  # every export format (tasks/export_formats.py)
 
     def __init__(self, train, predict, v2: bool, squad: SquadOptions, options: runner.TaskOptions):
         super().__init__(options)
@@ -152,12 +152,12 @@ class SquadRun(runner.TaskSpec):
             log.info("%s has no gold answers: predictions written to %s, nothing scored", self.sources["predict"][1],
                      results_dir)
 
-    def export(self, model, export_dir, fmt="tf_saved_model"):  # (only a SavedModel: ``check_export``)
+    def export(self, model, export_dir, fmt="tf_saved_model"):
         from xlnet_tf.tasks.squad.serving import SquadServing  # TensorFlow
 
         o, q = self.options, self.squad
-        SquadServing(model, o.tokenizer, o.max_seq_length, q.max_query_length, q.doc_stride, q.max_answer_length,
-                     null_threshold=self.null_threshold,
-                     allow_last_paragraph_token=q.allow_last_paragraph_token).export(export_dir)
-        log.info("exported SavedModel to %s (signatures: serving_default(question, context), serve_ids)",
-                 export_dir)
+        export_formats.export(SquadServing(model, o.tokenizer, o.max_seq_length, q.max_query_length, q.doc_stride,
+                                           q.max_answer_length, null_threshold=self.null_threshold,
+                                           allow_last_paragraph_token=q.allow_last_paragraph_token), export_dir, fmt)
+        log.info("exported %s to %s (serving_default(question, context)%s)", fmt, export_dir,
+                 ", serve_ids" if fmt == "tf_saved_model" else "")
