@@ -180,6 +180,11 @@ def export_openvino(module, path: str, pair: bool = False) -> str:  # (``pair``:
     model = ov.convert_model(ids_function(module))
     for port in model.inputs:
         port.get_tensor().set_names({port.get_any_name().split(":")[0]})
+    # The length dimension bounded by max_seq_length: the CPU plugin plans and reuses its buffers for the largest
+    # call (PERFORMANCE.md "Serving in other runtimes"); the same graph and answers.
+    model.reshape({port.get_any_name(): ov.PartialShape([*port.get_partial_shape()][:-1]
+                                                         + [ov.Dimension(1, module.max_seq_length)])
+                   for port in model.inputs})
     text = opset.parameter(ov.PartialShape([-1]), Type.string, name="text")
     spm_bytes = opset.constant(np.frombuffer(_spiece_proto(module), np.uint8))
     node = _get_factory().create("SentencepieceTokenizer", [spm_bytes, *text.outputs()],
