@@ -180,8 +180,8 @@ def export_openvino(module, path: str, pair: bool = False) -> str:  # (``pair``:
     model = ov.convert_model(ids_function(module))
     for port in model.inputs:
         port.get_tensor().set_names({port.get_any_name().split(":")[0]})
-    # The length dimension bounded by max_seq_length: the CPU plugin plans and reuses its buffers for the largest
-    # call (PERFORMANCE.md "Serving in other runtimes"); the same graph and answers.
+    # The length dimension bounded by max_seq_length, the longest the runner sends: the plugin knows the largest
+    # call; the same graph and answers (no measured change on a quiet host: PERFORMANCE.md "Serving in other runtimes").
     model.reshape({port.get_any_name(): ov.PartialShape([*port.get_partial_shape()][:-1]
                                                          + [ov.Dimension(1, module.max_seq_length)])
                    for port in model.inputs})
