@@ -161,12 +161,12 @@ FORMAT_CHOICE = {
     "needs": {"tf_saved_model": "tensorflow and tensorflow_text",
               "onnx": "onnxruntime and onnxruntime-extensions (pip install 'xlnet-tf[onnx]')",
               "openvino": "openvino and openvino-tokenizers (pip install 'xlnet-tf[openvino]')"},
-    "avx512_bf16 (AMD EPYC, no AMX)": "batch 1, short texts (SST-2): openvino or onnx in float32 (1.8x / 1.3x the "
-                                      "float32 SavedModel); long texts (IMDB, 512) at batch 1 and batches of 32: "
-                                      "the bfloat16 SavedModel (--export_precision=bfloat16) or openvino with "
-                                      "precision='bf16' (1.5-1.8x the float32 SavedModel)",
+    "avx512_bf16 (AMD EPYC, no AMX)": "openvino with precision='bf16' at every batch size and length (2.2-3.4x the "
+                                      "float32 SavedModel); in float32: openvino or onnx at batch 1 on short "
+                                      "texts (SST-2: 1.6x the SavedModel), openvino for batches of 32 and long "
+                                      "texts (IMDB, 512: 1.15-1.22x the SavedModel; onnx 0.85-0.93x there)",
     "not measured": "AVX2-only cores (issue 53: ONNX Runtime led TensorFlow at batch 1 there, so try onnx), AMX "
-                    "(Intel Sapphire Rapids and later), ARM; IMDB at batch 32 in these runtimes",
+                    "(Intel Sapphire Rapids and later), ARM",
 }
 
 
