@@ -175,12 +175,12 @@ FORMAT_CHOICE = {
     "needs": {"tf_saved_model": "tensorflow and tensorflow_text",
               "onnx": "onnxruntime and onnxruntime-extensions (pip install 'xlnet-tf[onnx]')",
               "openvino": "openvino and openvino-tokenizers (pip install 'xlnet-tf[openvino]')"},
-    "avx512_bf16 (AMD EPYC, no AMX)": "batch 1, short texts (SST-2): openvino or onnx in float32 (1.8x / 1.3x the "
-                                      "float32 SavedModel); long texts (IMDB, 512) at batch 1 and batches of 32: "
-                                      "the bfloat16 SavedModel (--export_precision=bfloat16) or openvino with "
-                                      "precision='bf16' (1.5-1.8x the float32 SavedModel)",
+    "avx512_bf16 (AMD EPYC, no AMX)": "openvino with precision='bf16' at every batch size and length (2.2-3.4x the "
+                                      "float32 SavedModel); in float32: openvino or onnx at batch 1 on short "
+                                      "texts (SST-2: 1.6x the SavedModel), openvino for batches of 32 and long "
+                                      "texts (IMDB, 512: 1.15-1.22x the SavedModel; onnx 0.85-0.93x there)",
     "not measured": "AVX2-only cores (issue 53: ONNX Runtime led TensorFlow at batch 1 there, so try onnx), AMX "
-                    "(Intel Sapphire Rapids and later), ARM; IMDB at batch 32 in these runtimes",
+                    "(Intel Sapphire Rapids and later), ARM",
 }
 
 
@@ -194,6 +194,11 @@ def export_openvino(module, path: str, pair: bool = False) -> str:  # (``pair``:
     model = ov.convert_model(ids_function(module))
     for port in model.inputs:
         port.get_tensor().set_names({port.get_any_name().split(":")[0]})
+    # The length dimension bounded by max_seq_length, the longest the runner sends: the plugin knows the largest
+    # call; the same graph and answers (no measured change on a quiet host: PERFORMANCE.md "Serving in other runtimes").
+    model.reshape({port.get_any_name(): ov.PartialShape([*port.get_partial_shape()][:-1]
+                                                         + [ov.Dimension(1, module.max_seq_length)])
+                   for port in model.inputs})
     text = opset.parameter(ov.PartialShape([-1]), Type.string, name="text")
     spm_bytes = opset.constant(np.frombuffer(_spiece_proto(module), np.uint8))
     node = _get_factory().create("SentencepieceTokenizer", [spm_bytes, *text.outputs()],

@@ -451,7 +451,9 @@ class _OpenVINO:
         import openvino_tokenizers  # noqa: F401  (registers the SentencePiece op)
 
         core = ov.Core()
-        config = {"INFERENCE_PRECISION_HINT": precision}
+        # Threads not pinned to cores: a pinned thread sharing its core with another process holds up every op
+        # of the call (PERFORMANCE.md "Serving in other runtimes"); the same answers.
+        config = {"INFERENCE_PRECISION_HINT": precision, "ENABLE_CPU_PINNING": False}
         if threads:
             config["INFERENCE_NUM_THREADS"] = int(threads)
         self.model = core.compile_model(os.path.join(folder, "model.xml"), "CPU", config)
