@@ -24,6 +24,8 @@ the answer search. ``layout.json`` holds every constant.
 from __future__ import annotations
 
 import difflib
+import importlib.machinery
+import importlib.util
 import json
 import os
 import unicodedata
@@ -474,10 +476,25 @@ class _OpenVINO:
         return {o.get_any_name(): out[o] for o in self.model.outputs}
 
 
+def _extensions_library() -> str:
+    """onnxruntime-extensions' custom-op library (what its ``get_library_path()`` returns), found without importing
+    the package: its ``__init__`` imports onnx and, through its converters, transformers where installed (~5 s, most
+    of a serving process's start on the machines here; PERFORMANCE.md "Test suite"). The package's own answer where
+    the file is not where it keeps it."""
+    spec = importlib.util.find_spec("onnxruntime_extensions")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            path = os.path.join(folder, "_extensions_pydll" + suffix)
+            if os.path.isfile(path):
+                return path
+    from onnxruntime_extensions import get_library_path  # the package's own lookup (slow to import, above)
+
+    return get_library_path()
+
+
 class _OnnxRuntime:
     def __init__(self, folder, precision, threads):
         import onnxruntime as ort
-        from onnxruntime_extensions import get_library_path
 
         if precision not in ("f32", None):
             raise ValueError(f"precision {precision!r}: the ONNX export serves float32 (precision='f32')")
@@ -487,7 +504,7 @@ class _OnnxRuntime:
         self.model = ort.InferenceSession(os.path.join(folder, "model.onnx"), options,
                                           providers=["CPUExecutionProvider"])
         tok_options = ort.SessionOptions()
-        tok_options.register_custom_ops_library(get_library_path())
+        tok_options.register_custom_ops_library(_extensions_library())
         self.tok = ort.InferenceSession(os.path.join(folder, "tokenizer.onnx"), tok_options,
                                         providers=["CPUExecutionProvider"])
         self.names = [o.name for o in self.model.get_outputs()]

@@ -5,6 +5,7 @@ registration for ``load_model``; and what a damaged ``.keras`` file says."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -253,8 +254,17 @@ def test_a_cut_keras_file_is_one_line_and_saves_replace_whole(clf, tmp_path):
     assert keras.saving.get_registered_object("xlnet_tf>XLNetMultipleChoice") is not None
 
 
+@pytest.fixture(scope="module")
+def single_export(clf, tmp_path_factory):
+    """``clf`` (single texts) exported once for the module: read by the NUL test, copied by the replace test."""
+    clf.pair = False
+    path = tmp_path_factory.mktemp("single_export") / "export"
+    clf.export(str(path))
+    return path
+
+
 @pytest.mark.slow
-def test_export_refuses_an_unknown_format_and_a_directory_it_did_not_write(clf, tmp_path):
+def test_export_refuses_an_unknown_format_and_a_directory_it_did_not_write(clf, single_export, tmp_path):
     with pytest.raises(ValueError) as e:
         clf.export(str(tmp_path / "m"), format="bogus")
     _one_line(e, ValueError, "bogus", "tf_saved_model")
@@ -269,8 +279,8 @@ def test_export_refuses_an_unknown_format_and_a_directory_it_did_not_write(clf, 
     _one_line(e, ValueError, str(mine), "notes.txt")
     assert (mine / "notes.txt").read_text() == "keep me" and (mine / "sub" / "other.bin").exists()
     export = tmp_path / "export"
-    clf.export(str(export))
-    clf.export(str(export))  # an earlier export of ours is replaced
+    shutil.copytree(single_export, export)  # an earlier export of ours (the module's) ...
+    clf.export(str(export))  # ... is replaced
     assert (export / "saved_model.pb").exists()
     (export / "notes.txt").write_text("mine")
     with pytest.raises(ValueError):
@@ -282,51 +292,53 @@ def test_export_refuses_an_unknown_format_and_a_directory_it_did_not_write(clf, 
     assert (mine / "notes.txt").read_text() == "keep me"
 
 
-SEEDED = """
+# One fresh process for both checks below (a process start with TensorFlow is ~5 s): importing xlnet_tf.tasks
+# registers the models for Keras' load_model (without loading TensorFlow), then a model of seed 7 is built.
+FRESH = """
 import json, sys
+import xlnet_tf.tasks
+assert "XLNetClassifier" in dir(xlnet_tf.tasks) and "tensorflow" not in sys.modules
+import keras
+model = keras.saving.load_model(sys.argv[1])
+print(type(model).__name__)
 import numpy as np
-sys.path.insert(0, ".")
-from tests.test_keras_door import _config
+from xlnet_tf.config import XLNetConfig
 from xlnet_tf.tasks import XLNetClassifier
-m = XLNetClassifier(_config(), num_classes=3, seed=int(sys.argv[1]))
+m = XLNetClassifier(XLNetConfig(**json.loads(sys.argv[2])), num_classes=3, seed=7)
 print(json.dumps([float(np.sum(np.abs(v.numpy()))) for v in m.weights]))
 """
 
 
+@pytest.fixture(scope="module")
+def fresh_process(clf, tmp_path_factory):
+    """FRESH's two output lines: the type ``keras.saving.load_model`` gave for ``clf`` saved as .keras, and the
+    seed-7 classifier's weight sums."""
+    path = tmp_path_factory.mktemp("fresh") / "m.keras"
+    clf.save(path)
+    r = subprocess.run([sys.executable, "-c", FRESH, str(path), json.dumps(TINIEST)],
+                       cwd=str(path.parent), capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=REPO))
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout.strip().splitlines()[-2:]
+
+
 @pytest.mark.slow
-def test_seed_gives_the_same_initial_weights_in_every_process():
+def test_seed_gives_the_same_initial_weights_in_every_process(fresh_process):
     from xlnet_tf.tasks import XLNetClassifier
 
     def sums(seed):
         return [float(np.sum(np.abs(v.numpy()))) for v in XLNetClassifier(_config(), num_classes=3,
                                                                              seed=seed).weights]
 
-    r = subprocess.run([sys.executable, "-c", SEEDED, "7"], cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    there = json.loads(r.stdout.strip().splitlines()[-1])
+    there = json.loads(fresh_process[1])
     here = sums(7)
     np.testing.assert_allclose(here, there, rtol=1e-6)  # the head's weights included
     assert not np.allclose(here, sums(8))
 
 
-REGISTERED = """
-import sys
-import xlnet_tf.tasks
-assert "XLNetClassifier" in dir(xlnet_tf.tasks) and "tensorflow" not in sys.modules
-import keras
-model = keras.saving.load_model(sys.argv[1])
-print(type(model).__name__)
-"""
-
-
 @pytest.mark.slow
-def test_importing_the_tasks_package_registers_the_models_for_load_model(clf, tmp_path):
-    path = tmp_path / "m.keras"
-    clf.save(path)
-    r = subprocess.run([sys.executable, "-c", REGISTERED, str(path)], cwd=str(tmp_path), capture_output=True,
-                       text=True, timeout=300, env=dict(os.environ, PYTHONPATH=REPO))
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.strip().splitlines()[-1] == "XLNetClassifier"
+def test_importing_the_tasks_package_registers_the_models_for_load_model(fresh_process):
+    assert fresh_process[0] == "XLNetClassifier"
 
 
 @pytest.mark.slow
@@ -415,17 +427,16 @@ def test_fit_under_multi_worker_mirrored_strategy_equals_one_device(tmp_path):
 
 
 @pytest.mark.slow
-def test_predict_and_the_export_read_texts_ending_in_nul_alike(clf, tmp_path):
+def test_predict_and_the_export_read_texts_ending_in_nul_alike(clf, single_export, tmp_path):
     """numpy's fixed-width strings drop trailing NUL characters; the door keeps them, as the export's string
     tensor does: predict and the SavedModel give the same logits."""
     from tests.subprocess_util import run_like_a_server
 
     texts = ["a fine film\x00\x00", "\x00dull\x00", "plain"]
-    clf.pair = False
-    clf.export(str(tmp_path / "export"))
+    clf.pair = False  # (the export's layout)
     (tmp_path / "texts.json").write_text(json.dumps(texts))
     run_like_a_server(
-        f"m = tf.saved_model.load({str(tmp_path / 'export')!r})\n"
+        f"m = tf.saved_model.load({str(single_export)!r})\n"
         f"texts = json.load(open({str(tmp_path / 'texts.json')!r}))\n"
         "out = m.signatures['serving_default'](text_a=tf.constant(texts))\n"
         f"np.save({str(tmp_path / 'logits.npy')!r}, out['logits'].numpy())\n", tmp_path)
