@@ -426,7 +426,8 @@ class XLNetTask(TaskModel):
         unbatched: batched here) -> a dataset of (features, labels[, weights]) batches the steps read
         (``micro_batches`` > 1: stacked k at a time, the update's gradient accumulation; each padded to
         ``max_seq_length`` so they stack). Every array input is checked here (``tasks/keras_inputs.py``)."""
-        preprocess = self._preprocess_fn(self.max_seq_length if micro_batches > 1 else None)
+        fixed = self.max_seq_length if micro_batches > 1 else None
+        preprocess = self._preprocess_fn(fixed)
         if batch_size is not None and (isinstance(batch_size, bool) or int(batch_size) < 1):
             raise ValueError(f"batch_size={batch_size!r}: expected an integer >= 1")
         if isinstance(x, tf.data.Dataset):
@@ -448,15 +449,18 @@ class XLNetTask(TaskModel):
                 raise ValueError(f"{type(self).__name__}: x holds no example")
             labels = None if y is None else self.check_labels(y, n)
             weights = None if sample_weight is None else door.sample_weights(sample_weight, n)
-            data = (inputs,) + tuple(a for a in (labels, weights) if a is not None)
             if weights is not None and labels is None:
                 raise ValueError("sample_weight without y: weights weigh the loss of labelled examples")
+            raw = not isinstance(x, dict)
+            if raw:
+                inputs = self.features_in_memory(inputs, n, fixed)
+            data = (inputs,) + tuple(a for a in (labels, weights) if a is not None)
             ds = tf.data.Dataset.from_tensor_slices(data if len(data) > 1 else inputs)
             if shuffle and training:
                 ds = ds.shuffle(max(n, 1), seed=self.seed)
             ds = ds.batch(batch_size)
-            if not isinstance(x, dict):
-                ds = ds.map(tf.autograph.experimental.do_not_convert(preprocess), num_parallel_calls=tf.data.AUTOTUNE)
+            if raw and fixed is None:  # each batch on the length grid, as the map of a dataset of texts gives it
+                ds = ds.map(tf.autograph.experimental.do_not_convert(self._on_grid))
         if class_weight is not None:
             ds = ds.map(tf.autograph.experimental.do_not_convert(self._class_weighting(class_weight)))
         if micro_batches > 1:
@@ -503,9 +507,33 @@ class XLNetTask(TaskModel):
             cache = {}
             object.__setattr__(self, "_preprocess_fns", cache)  # (not a Keras-tracked attribute)
         if key not in cache:
-            cache[key] = tf.function(lambda e: self._preprocess(*e, length=length), autograph=False)
+            cache[key] = tf.function(lambda e: self._preprocess(*e, length=length), autograph=False,
+                                     reduce_retracing=True)
         fn = cache[key]
         return lambda *element: fn(element)
+
+    # Texts handed over in memory are turned into features here, in chunks of this many rows, by direct calls of
+    # the traced preprocessing (``_preprocess_fn``): the dataset then holds numbers only, and its iterator costs
+    # nothing to start (a dataset mapping the tokenizer re-instantiates its graph at every iterator: ~0.5 s per
+    # fit / evaluate / predict call, whatever the number of texts). The features take 12 bytes per token of the
+    # longest text (RACE: of its four rows), what the batches would hold anyway.
+    MEMORY_CHUNK = 1024
+    pads_left = True  # the padded side of the task's features (the classifier's and RACE's layout)
+
+    def features_in_memory(self, inputs, n: int, length: Optional[int]) -> Dict[str, np.ndarray]:
+        """Raw inputs (``raw_inputs``: an array of texts or a tuple of arrays) of ``n`` rows -> the task's
+        features, every row padded to one width (``length``, or the longest row's)."""
+        fn = self._preprocess_fn(length)
+        columns = inputs if isinstance(inputs, tuple) else (inputs,)
+        parts = [fn(*[tf.constant(c[i:i + self.MEMORY_CHUNK]) for c in columns])
+                 for i in range(0, n, self.MEMORY_CHUNK)]
+        width = max(int(p["padding_mask"].shape[-1]) for p in parts)
+        parts = [self.padded_to(p, width, self.pads_left) for p in parts]
+        return {k: np.concatenate([p[k].numpy() for p in parts]) for k in parts[0]}
+
+    def _on_grid(self, features, *rest):
+        features = self.on_length_grid(features, left=self.pads_left)
+        return (features,) + rest if rest else features
 
     def _preprocess(self, *element, length=None):
         if len(element) == 1 or not self.labelled(element):
@@ -520,8 +548,13 @@ class XLNetTask(TaskModel):
         (``xlnet_tf.lengths.default_multiple``: the batch shapes, so the compilations, of a run): extra padding
         columns added, or padding-only columns dropped, on the padded side."""
         mask = features["padding_mask"]
-        width = tf.shape(mask)[-1]
         target = padded_length(tf.reduce_max(tf.reduce_sum(mask, -1)), self.max_seq_length, self.length_multiple)
+        return self.padded_to(features, target, left)
+
+    def padded_to(self, features: Dict[str, tf.Tensor], target, left: bool) -> Dict[str, tf.Tensor]:
+        """``features`` ([..., width]) with padding columns added or padding-only columns dropped on the padded
+        side to ``target`` columns."""
+        width = tf.shape(features["padding_mask"])[-1]
         extra, cut = tf.maximum(target - width, 0), tf.maximum(width - target, 0)
         pads = {"segment_ids": self.segment_pad}
         out = dict(features)
