@@ -196,9 +196,10 @@ def export_openvino(module, path: str, pair: bool = False) -> str:  # (``pair``:
         port.get_tensor().set_names({port.get_any_name().split(":")[0]})
     # The length dimension bounded by max_seq_length, the longest the runner sends: the plugin knows the largest
     # call; the same graph and answers (no measured change on a quiet host: PERFORMANCE.md "Serving in other runtimes").
+    # (Rank-1 inputs, SQuAD's cls_index [windows], have no length dimension.)
     model.reshape({port.get_any_name(): ov.PartialShape([*port.get_partial_shape()][:-1]
                                                          + [ov.Dimension(1, module.max_seq_length)])
-                   for port in model.inputs})
+                   for port in model.inputs if port.get_partial_shape().rank.get_length() > 1})
     text = opset.parameter(ov.PartialShape([-1]), Type.string, name="text")
     spm_bytes = opset.constant(np.frombuffer(_spiece_proto(module), np.uint8))
     node = _get_factory().create("SentencepieceTokenizer", [spm_bytes, *text.outputs()],
