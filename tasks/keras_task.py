@@ -498,7 +498,7 @@ class XLNetTask(TaskModel):
 
     def _preprocess_fn(self, length: Optional[int]):
         """``_preprocess`` as one graph function per set of layout options, traced once and called by every later
-        dataset's map (a map traces its function anew: the tokenizer and the layout cost ~1.5 s of tracing on
+        dataset's map and by ``features_in_memory`` (a map traces its function anew: the tokenizer and the layout cost ~1.5 s of tracing on
         every ``fit`` / ``evaluate`` / ``predict`` call without it). Traced as written (no AutoGraph), as every
         graph function of the project."""
         key = (length, self.max_seq_length, self.length_multiple, id(self._tok))

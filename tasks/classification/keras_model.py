@@ -107,7 +107,7 @@ class XLNetClassifier(XLNetTask):
         ids_b = None if b is None else tok.graph.tokenize(b)
         features = classification_features(tok.graph.tokenize(a), ids_b, self.max_seq_length, tok.python.sep_id,
                                            tok.python.cls_id, length=length)
-        return features if length is not None else self.on_length_grid(features, left=True)
+        return features if length is not None else self.on_length_grid(features, left=self.pads_left)
 
     def metric_pair(self, features, outputs):
         label = features["label"]

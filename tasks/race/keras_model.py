@@ -81,7 +81,7 @@ class XLNetMultipleChoice(XLNetTask):
     def text_features(self, texts, length=None):
         article, question, options = texts
         features = self.serving_module().features(article, question, options)
-        return features if length is not None else self.on_length_grid(features, left=True)
+        return features if length is not None else self.on_length_grid(features, left=self.pads_left)
 
     def metric_pair(self, features, outputs):
         return features["label"], tf.cast(outputs["logits"], tf.float32)
