@@ -238,6 +238,21 @@ def test_a_squad_export_answers_as_the_saved_model_without_tensorflow(squad_expo
     _serve_without_tensorflow(root, fmt, expected, ids, layout)
 
 
+@pytest.mark.slow
+def test_each_openvino_export_holds_its_layer_norms_as_mvn_nodes(exports, race_exports, squad_exports):
+    """``layer_norms_as_mvn``: the classifier's, RACE's and SQuAD's OpenVINO graphs hold two MVN nodes per layer
+    (attention and feed-forward LayerNorms) and none of ``tf.nn.moments``' SquaredDifference left in the layers
+    (SQuAD's head keeps its Keras LayerNormalization, another form); their answers are the SavedModel's (the
+    tests above)."""
+    import re
+
+    for root in (exports[0], race_exports[0], squad_exports[0]):
+        xml = (root / "openvino" / "model.xml").read_text()
+        layers = re.findall(r'<layer [^>]*name="([^"]*)" type="([A-Za-z]+)"', xml)
+        assert [t for _, t in layers].count("MVN") == 2 * tiny()["n_layer"], root
+        assert not [n for n, t in layers if t == "SquaredDifference" and "/layer_" in n], root
+
+
 def test_the_runner_finds_sentencepieces_offsets_without_it():
     """``serve.py``'s ``piece_spans`` (the pieces laid over its emulation of SentencePiece's normalizer) gives
     SentencePiece's own offsets on strings of what the normalizer changes: spaces and controls it drops or
