@@ -407,13 +407,15 @@ class XLNetTask(TaskModel):
             validation_data = self.as_dataset(vx, vy, batch_size or 32, shuffle=False, training=False,
                                               sample_weight=vw)
         watch = FitHealth(self, rule.config, validation_data is not None)
-        return super().fit(ds, epochs=epochs, validation_data=validation_data, steps_per_epoch=steps_per_epoch,
-                           shuffle=False, callbacks=list(callbacks or []) + [watch], **kwargs)
+        with _collectives_explained("fit"):
+            return super().fit(ds, epochs=epochs, validation_data=validation_data, steps_per_epoch=steps_per_epoch,
+                               shuffle=False, callbacks=list(callbacks or []) + [watch], **kwargs)
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, return_dict=True, **kwargs):
         """Keras' ``evaluate``; returns a dict ``{"loss": ..., metric: ...}`` (``return_dict=False``: Keras' list)."""
         ds = self.as_dataset(x, y, batch_size or 32, shuffle=False, training=False, sample_weight=sample_weight)
-        return super().evaluate(ds, return_dict=return_dict, **kwargs)
+        with _collectives_explained("evaluate"):
+            return super().evaluate(ds, return_dict=return_dict, **kwargs)
 
     def predict(self, x, batch_size=None, **kwargs):
         if _no_rows(x):  # (Keras' predict fails on a dataset of no batch)
@@ -664,6 +666,26 @@ def _multi_worker(strategy) -> bool:
     """A MultiWorkerMirroredStrategy across workers (Keras reduces its logs its own way, see ``_step_logs``)."""
     return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and \
         bool(getattr(strategy.extended, "_in_multi_worker_mode", lambda: False)())
+
+
+@contextlib.contextmanager
+def _collectives_explained(call: str):
+    """TensorFlow's abort of a second MirroredStrategy's all-reduce, said in one line with its way out: every
+    MirroredStrategy numbers its collectives from the same start, so one whose gradients have other shapes than an
+    earlier strategy's in the same process (a notebook's second model) meets that strategy's cached instances and
+    TensorFlow aborts the process's collectives (tensorflow/tensorflow#62790; one strategy object reused, or
+    ``cross_device_ops=tf.distribute.ReductionToOneDevice()``, never meets it)."""
+    try:
+        yield
+    except tf.errors.OpError as err:
+        if "Shape mismatch in the collective instance" not in str(err):
+            raise
+        raise RuntimeError(
+            f"{call}: TensorFlow aborted this process's collective ops: another MirroredStrategy in this process "
+            f"all-reduced tensors of other shapes first (every MirroredStrategy numbers its collectives from the "
+            f"same start: tensorflow/tensorflow#62790); restart the process and build every model under one "
+            f"strategy object, or create each strategy with cross_device_ops=tf.distribute.ReductionToOneDevice()"
+        ) from None
 
 
 def _no_rows(x) -> bool:
