@@ -23,19 +23,26 @@ import numpy as np
 CHOICE_LETTERS = "ABCD"
 
 
-def _rows(values, name: str) -> list:
+def _rows(values, name: str, what: str = "texts") -> list:
+    """One entry per example; ``what`` names them in a refusal. Numbers (labels, weights) may come as a column
+    ``[n, 1]``, as Keras takes them; RACE's options as an ``[n, 4]`` array of texts."""
     if isinstance(values, (str, bytes)):
-        raise TypeError(f"{name}: a list of texts is expected, got one {type(values).__name__} (wrap it in a list)")
+        raise TypeError(f"{name}: a list of {what} is expected, got one {type(values).__name__} (wrap it in a list)")
     if isinstance(values, np.ndarray):
-        if values.ndim != 1:
-            raise ValueError(f"{name}: a 1-D list of texts is expected, got an array of shape {values.shape}")
+        if values.ndim == 2 and values.shape[1] == 1 and what != "texts":
+            values = values[:, 0]
+        if values.ndim != 1 and not (what == "rows of options" and values.ndim == 2):
+            hint = " (one-hot rows? pass their argmax, the class indices)" if what == "labels" and values.ndim == 2 \
+                else ""
+            raise ValueError(f"{name}: a 1-D list of {what} is expected, one per example, got an array of shape "
+                             f"{values.shape}{hint}")
         return values.tolist()
     if hasattr(values, "tolist") and not isinstance(values, (list, tuple)):  # pandas Series and the like
         values = values.tolist()
     try:
         return list(values)
     except TypeError:
-        raise TypeError(f"{name}: a list of texts is expected, got {type(values).__name__}") from None
+        raise TypeError(f"{name}: a list of {what} is expected, got {type(values).__name__}") from None
 
 
 def texts(values, name: str = "x") -> np.ndarray:
@@ -74,7 +81,7 @@ def same_length(name_a: str, a, name_b: str, b) -> None:
 
 def class_labels(y, num_classes: int, label_names: Optional[Sequence[str]] = None, name: str = "y") -> np.ndarray:
     """Class indices int32 [n]: integers (or integral floats) in [0, num_classes), or strings among ``label_names``."""
-    rows = np.asarray(_rows(y, name), dtype=object)
+    rows = np.asarray(_rows(y, name, "labels"), dtype=object)
     if rows.size and all(isinstance(v, (str, bytes, np.str_)) for v in rows):
         names = None if label_names is None else {str(n): i for i, n in enumerate(label_names)}
         if names is None:
@@ -100,12 +107,12 @@ def class_labels(y, num_classes: int, label_names: Optional[Sequence[str]] = Non
 
 
 def regression_targets(y, name: str = "y") -> np.ndarray:
-    return _numbers(np.asarray(_rows(y, name), dtype=object), name).astype(np.float32)
+    return _numbers(np.asarray(_rows(y, name, "targets"), dtype=object), name).astype(np.float32)
 
 
 def choice_labels(y, num_choices: int = len(CHOICE_LETTERS), name: str = "y") -> np.ndarray:
     """RACE answers: indices 0..3 or letters "A".."D" (case-insensitive) -> int32 [n]."""
-    rows = _rows(y, name)
+    rows = _rows(y, name, "labels")
     out = []
     for i, v in enumerate(rows):
         if isinstance(v, bytes):
@@ -123,7 +130,7 @@ def choice_labels(y, num_choices: int = len(CHOICE_LETTERS), name: str = "y") ->
 
 def options(values, n: int, num_choices: int, name: str = "options") -> list:
     """RACE options: ``n`` rows of ``num_choices`` texts each (checked row by row: a ragged list is named)."""
-    rows = _rows(values, name)
+    rows = _rows(values, name, "rows of options")
     same_length("articles", range(n), name, rows)
     for i, row in enumerate(rows):
         if isinstance(row, (str, bytes)) or not hasattr(row, "__len__") or len(row) != num_choices:
@@ -135,12 +142,58 @@ def options(values, n: int, num_choices: int, name: str = "options") -> list:
 
 def sample_weights(w, n: int, name: str = "sample_weight") -> np.ndarray:
     """One finite, non-negative weight per example -> float32 [n]."""
-    values = _numbers(np.asarray(_rows(w, name), dtype=object), name)
+    values = _numbers(np.asarray(_rows(w, name, "weights"), dtype=object), name)
     same_length("x", range(n), name, values)
     bad = np.flatnonzero(values < 0)
     if bad.size:
         raise ValueError(f"{name}[{bad[0]}]: {values[bad[0]]:g} is negative: weights are >= 0")
     return values.astype(np.float32)
+
+
+def texts_by_name(x: Mapping, names: Sequence[str], required: int, model: str, name: str = "x"):
+    """A dict keyed by the export's text inputs (``serving_default``'s names, ``names`` in the raw form's order; the
+    first ``required`` of them needed) -> the task's raw form: the one column, or the tuple of columns. ``None``
+    when no key is one of ``names`` (a dict of features). Works on arrays, tensors and their specs alike."""
+    keys = set(x)
+    if not keys & set(names):
+        return None
+    missing, unknown = [k for k in names[:required] if k not in keys], sorted(keys - set(names))
+    if missing or unknown:
+        need = ", ".join(names[:required]) + (f" (and optionally {', '.join(names[required:])})"
+                                               if len(names) > required else "")
+        raise ValueError(f"{name}: {model} reads a dict of texts keyed {need}; got keys {sorted(keys)}")
+    columns = tuple(x[k] for k in names if k in keys)
+    return columns[0] if len(columns) == 1 else columns
+
+
+def _columns(x) -> bool:
+    """``x`` is a tuple of columns (``(texts_a, texts_b)``, RACE's three), not a sequence of rows."""
+    return isinstance(x, tuple) and bool(x) and not isinstance(x[0], (str, bytes))
+
+
+def count_rows(x, name: str = "x") -> int:
+    """The number of examples of what ``fit`` takes as ``x``: rows, a tuple of columns or a dict of arrays."""
+    if isinstance(x, Mapping):
+        return rows_of(x, name)
+    first = x[0] if _columns(x) else x
+    try:
+        return len(first)
+    except TypeError:
+        raise TypeError(f"{name}: a list of texts, a tuple of text columns or a dict of arrays is expected, got "
+                        f"{type(x).__name__}") from None
+
+
+def take_rows(x, start: int, stop: int):
+    """Rows ``start:stop`` of ``x`` in its own form (a dict and a tuple of columns: of each)."""
+    if x is None:
+        return None
+    if isinstance(x, Mapping):
+        return {k: take_rows(v, start, stop) for k, v in x.items()}
+    if _columns(x):
+        return tuple(take_rows(c, start, stop) for c in x)
+    if hasattr(x, "iloc"):  # pandas: by position
+        return x.iloc[start:stop]
+    return x[start:stop] if isinstance(x, (list, tuple, np.ndarray)) else list(x)[start:stop]
 
 
 def class_weight_vector(class_weight: Mapping, num_classes: int) -> np.ndarray:

@@ -29,7 +29,7 @@ import logging
 import os
 import random
 import tempfile
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import keras
 import numpy as np
@@ -388,9 +388,24 @@ class XLNetTask(TaskModel):
         loss that does not fall or predictions collapsed on ``validation_data`` are warned of at the end."""
         if self.optimizer is None:
             raise ValueError(f"{type(self).__name__}: call compile() before fit()")
+        split = kwargs.pop("validation_split", None)
+        if split:  # Keras': the last rows of the arrays, before any shuffling; validation_data, when given, wins
+            if isinstance(split, bool) or not isinstance(split, (int, float)) or not 0 < split < 1:
+                raise ValueError(f"fit(validation_split={split!r}): expected a fraction between 0 and 1")
+            if isinstance(x, tf.data.Dataset):
+                raise ValueError("fit(validation_split=...) splits arrays, as Keras' does; for a dataset pass "
+                                 "validation_data=")
+            if validation_data is None:
+                n = door.count_rows(x)
+                at = int(np.floor(n * (1.0 - split)))
+                if not 0 < at < n:
+                    raise ValueError(f"fit(validation_split={split}): {n} examples leave no "
+                                     f"{'training' if at == 0 else 'validation'} example")
+                validation_data = tuple(door.take_rows(v, at, n) for v in (x, y, sample_weight) if v is not None)
+                x, y, sample_weight = (door.take_rows(v, 0, at) for v in (x, y, sample_weight))
         k = int(self._train_options.get("grad_accum_steps", 1))
-        ds = self.as_dataset(x, y, batch_size or 32, shuffle=shuffle, training=True, micro_batches=k,
-                             sample_weight=sample_weight, class_weight=class_weight)
+        ds = self.as_dataset(x, y, checked_batch_size(batch_size, 32), shuffle=shuffle, training=True,
+                             micro_batches=k, sample_weight=sample_weight, class_weight=class_weight)
         per_epoch = steps_per_epoch or _cardinality(ds)
         self._set_schedule_length((per_epoch or 0) * int(epochs))
         if not self._train_options.get("train_steps") and not per_epoch:
@@ -404,8 +419,8 @@ class XLNetTask(TaskModel):
                 vx, vy, vw = keras.utils.unpack_x_y_sample_weight(tuple(validation_data))
             else:
                 raise TypeError("fit(validation_data=...): (x, y), (x, y, sample_weight) or a tf.data.Dataset")
-            validation_data = self.as_dataset(vx, vy, batch_size or 32, shuffle=False, training=False,
-                                              sample_weight=vw)
+            validation_data = self.as_dataset(vx, vy, checked_batch_size(batch_size, 32), shuffle=False,
+                                              training=False, sample_weight=vw)
         watch = FitHealth(self, rule.config, validation_data is not None)
         with _collectives_explained("fit"):
             return super().fit(ds, epochs=epochs, validation_data=validation_data, steps_per_epoch=steps_per_epoch,
@@ -413,14 +428,24 @@ class XLNetTask(TaskModel):
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, return_dict=True, **kwargs):
         """Keras' ``evaluate``; returns a dict ``{"loss": ..., metric: ...}`` (``return_dict=False``: Keras' list)."""
-        ds = self.as_dataset(x, y, batch_size or 32, shuffle=False, training=False, sample_weight=sample_weight)
+        x = self.named_texts(x)
+        if y is None and x is not None and not isinstance(x, (dict, tf.data.Dataset)):
+            raise ValueError(f"evaluate: y is required with raw text (the labels the loss and metrics compare "
+                             f"with); predict reads texts alone")
+        ds = self.as_dataset(x, y, checked_batch_size(batch_size, 32), shuffle=False, training=False,
+                             sample_weight=sample_weight)
+        spec = ds.element_spec
+        if isinstance(spec, dict) and self.LABEL_KEY not in spec:
+            raise ValueError(f"evaluate: x's examples carry no labels ('{self.LABEL_KEY}'): a dataset of (x, y) "
+                             f"pairs is expected; predict reads x alone")
         with _collectives_explained("evaluate"):
             return super().evaluate(ds, return_dict=return_dict, **kwargs)
 
     def predict(self, x, batch_size=None, **kwargs):
         if _no_rows(x):  # (Keras' predict fails on a dataset of no batch)
             return self.empty_prediction()
-        return super().predict(self.as_dataset(x, None, batch_size or 32, shuffle=False, training=False), **kwargs)
+        ds = self.as_dataset(x, None, checked_batch_size(batch_size, 32), shuffle=False, training=False)
+        return super().predict(ds, **kwargs)
 
     def as_dataset(self, x, y, batch_size: int, shuffle: bool, training: bool, micro_batches: int = 1,
                    sample_weight=None, class_weight=None):
@@ -437,12 +462,20 @@ class XLNetTask(TaskModel):
                 raise ValueError("x is a tf.data.Dataset: its elements carry the labels and weights ((x, y) or "
                                  "(x, y, sample_weight)); y= and sample_weight= are for arrays")
             ds = self._batched(x, batch_size)
+            first = ds.element_spec[0] if isinstance(ds.element_spec, tuple) else ds.element_spec
+            if isinstance(first, dict) and door.texts_by_name(first, self.TEXT_INPUTS, self.REQUIRED_TEXTS,
+                                                              type(self).__name__, "x's elements") is not None:
+                ds = ds.map(tf.autograph.experimental.do_not_convert(self._texts_of_element))
+            elif isinstance(first, dict):
+                self.check_feature_names(first, "x's elements")
             if self.is_raw(ds.element_spec):
                 ds = ds.map(tf.autograph.experimental.do_not_convert(preprocess), num_parallel_calls=tf.data.AUTOTUNE)
         else:
             if x is None:
                 raise TypeError(f"{type(self).__name__}: x is required (texts, a dict of features or a dataset)")
+            x = self.named_texts(x)
             if isinstance(x, dict):
+                self.check_feature_names(x)
                 inputs, n = {k: np.asarray(v) for k, v in x.items()}, door.rows_of(x)
             else:
                 inputs = self.raw_inputs(x)
@@ -468,6 +501,31 @@ class XLNetTask(TaskModel):
         if micro_batches > 1:
             ds = ds.batch(micro_batches, drop_remainder=True)
         return datasets.for_iteration(ds.prefetch(tf.data.AUTOTUNE))
+
+    # The export's text inputs (``serving_default``'s names) in the raw form's order; the first REQUIRED_TEXTS needed.
+    TEXT_INPUTS: Tuple[str, ...] = ()
+    REQUIRED_TEXTS = 0
+    LABEL_KEY = "label"  # the feature a labelled example carries (evaluate refuses examples without it)
+
+    def named_texts(self, x):
+        """A dict of texts keyed by the export's input names (``{"text_a": [...], "text_b": [...]}``) -> the
+        task's raw form, so one dict serves the model and its export alike; anything else as it is."""
+        if isinstance(x, dict):
+            raw = door.texts_by_name(x, self.TEXT_INPUTS, self.REQUIRED_TEXTS, type(self).__name__)
+            if raw is not None:
+                return raw
+        return x
+
+    def _texts_of_element(self, *element):
+        return (self.named_texts(element[0]),) + element[1:] if len(element) > 1 else self.named_texts(element[0])
+
+    def check_feature_names(self, features, name: str = "x") -> None:
+        """A dict of features carries the model's inputs (the task's ``feature_spec``), refused in one line."""
+        if "input_ids" not in features:
+            spec = [k for k in self.feature_spec(8) if k not in ("label", "is_real_example")]
+            raise ValueError(f"{name}: {type(self).__name__} reads a dict of texts keyed "
+                             f"{' / '.join(self.TEXT_INPUTS)} or of features ({', '.join(spec)}); got keys "
+                             f"{sorted(features)}")
 
     def _batched(self, ds: tf.data.Dataset, batch_size: Optional[int]) -> tf.data.Dataset:
         """A dataset of single examples (rank-0 strings, or features of the task's per-example shape) batched by
@@ -605,7 +663,12 @@ class XLNetTask(TaskModel):
         """Keras' ``save``; a ``.keras`` file is written beside its path and renamed into place, so a save that
         fails or is interrupted leaves the earlier file whole (never a cut one)."""
         path = os.fspath(filepath)
-        if not path.endswith(".keras") or (not overwrite and os.path.exists(path)):
+        if not path.endswith(".keras"):
+            legacy = (f" (Keras' legacy .h5 cannot hold {type(self).__name__}: its tokenizer and layers do not load "
+                      f"back from it)") if path.endswith(".h5") else ""
+            raise ValueError(f"save({path}): a path ending in .keras is expected{legacy}; export(path) writes the "
+                             f"serving formats, save_pretrained(directory) a checkpoint folder")
+        if not overwrite and os.path.exists(path):
             return super().save(filepath, overwrite=overwrite, **kwargs)
         tmp = path[: -len(".keras")] + f".tmp-{os.getpid()}.keras"  # (Keras wants the suffix)
         try:
@@ -686,6 +749,15 @@ def _collectives_explained(call: str):
             f"same start: tensorflow/tensorflow#62790); restart the process and build every model under one "
             f"strategy object, or create each strategy with cross_device_ops=tf.distribute.ReductionToOneDevice()"
         ) from None
+
+
+def checked_batch_size(batch_size, default: int) -> int:
+    """``batch_size`` as Keras takes it: None for the default, else an integer >= 1 (0 is refused, not the default)."""
+    if batch_size is None:
+        return default
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f"batch_size={batch_size!r}: expected an integer >= 1")
+    return int(batch_size)
 
 
 def _no_rows(x) -> bool:

@@ -68,19 +68,30 @@ BAD_CLASSIFIER_CALLS = [
     ("predict", ("one text",), TypeError, ["a list of texts is expected"]),
     ("predict", ([b"\xff\xfe"],), ValueError, ["x[0]", "not valid UTF-8"]),
     ("evaluate", (TEXTS[:2], [0, 1]), None, []),  # (accepted: a dict, below)
+    ("fit", (TEXTS[:4], np.eye(2)[LABELS[:4]]), ValueError, ["y:", "shape (4, 2)", "argmax"]),
+    ("evaluate", (TEXTS[:4],), ValueError, ["evaluate: y is required"]),
+    ("predict", ({"sentence": TEXTS[:2]},), ValueError, ["keyed text_a / text_b", "input_ids", "['sentence']"]),
+    ("predict", ({"text_b": TEXTS[:2]},), ValueError, ["keyed text_a (and optionally text_b)", "['text_b']"]),
+    # options: a batch of 0 is refused, not read as the default; Keras' validation_split, and its limits
+    ("fit", (TEXTS[:4], LABELS[:4], {"batch_size": 0}), ValueError, ["batch_size=0", "integer >= 1"]),
+    ("predict", (TEXTS[:4], {"batch_size": 0}), ValueError, ["batch_size=0"]),
+    ("fit", (TEXTS[:4], LABELS[:4], {"validation_split": 1.0}), ValueError, ["validation_split=1.0", "fraction"]),
+    ("fit", (TEXTS[:1], LABELS[:1], {"validation_split": 0.5}), ValueError, ["1 examples leave no training"]),
 ]
 
 
 @pytest.mark.parametrize("method,args,error,parts", BAD_CLASSIFIER_CALLS,
                          ids=[f"{c[0]}-{i}" for i, c in enumerate(BAD_CLASSIFIER_CALLS)])
 def test_a_bad_classifier_input_is_one_line_naming_the_argument(clf, method, args, error, parts):
+    kwargs = dict(args[-1], verbose=0) if isinstance(args[-1], dict) and len(args) > 1 else {"verbose": 0}
+    args = args[:-1] if len(kwargs) > 1 else args
     if error is None:
-        out = getattr(clf, method)(*args, verbose=0)
+        out = getattr(clf, method)(*args, **kwargs)
         if method == "evaluate":
             assert isinstance(out, dict) and {"loss", "accuracy"} <= set(out), out  # as the README shows it
         return
     with pytest.raises(Exception) as e:
-        getattr(clf, method)(*args, verbose=0)
+        getattr(clf, method)(*args, **kwargs)
     _one_line(e, error, *parts)
 
 
@@ -111,19 +122,24 @@ def test_options_no_training_means_are_refused_at_compile(clf):
 
 @pytest.mark.slow
 def test_what_a_user_means_is_taken(clf, tmp_path):
-    """Pairs as a list of (a, b); UTF-8 bytes; labels by name; an unbatched dataset; nothing to predict; texts
-    ending in NUL characters keep them (the export reads them too)."""
+    """Pairs as a list of (a, b); UTF-8 bytes; labels by name, or as a column; texts in a dict keyed by the export's
+    input names, as arrays or a dataset; an unbatched dataset; nothing to predict; texts ending in NUL characters
+    keep them (the export reads them too); Keras' validation_split (the last rows, before shuffling)."""
     import tensorflow as tf
 
     pairs = list(zip(TEXTS[:4], TEXTS[4:8]))
-    np.testing.assert_allclose(clf.predict(pairs, verbose=0), clf.predict((TEXTS[:4], TEXTS[4:8]), verbose=0),
-                               atol=1e-6)
+    both = clf.predict((TEXTS[:4], TEXTS[4:8]), verbose=0)
+    np.testing.assert_allclose(clf.predict(pairs, verbose=0), both, atol=1e-6)
+    named = {"text_a": TEXTS[:4], "text_b": TEXTS[4:8]}
+    np.testing.assert_allclose(clf.predict(named, verbose=0), both, atol=1e-6)
+    np.testing.assert_allclose(clf.predict(tf.data.Dataset.from_tensor_slices(named), verbose=0), both, atol=1e-6)
     clf.pair = False
     as_bytes = [t.encode("utf-8") for t in ["café au lait", "naïve"]]
     np.testing.assert_allclose(clf.predict(as_bytes, verbose=0), clf.predict(["café au lait", "naïve"], verbose=0),
                                atol=1e-6)
     by_name = clf.check_labels(["pos", "neg", "pos"], 3)
     assert by_name.tolist() == [1, 0, 1]
+    assert clf.check_labels(np.array([[1], [0], [1]]), 3).tolist() == [1, 0, 1]
     unbatched = tf.data.Dataset.from_tensor_slices(TEXTS[:5])
     np.testing.assert_allclose(clf.predict(unbatched, verbose=0), clf.predict(TEXTS[:5], verbose=0), atol=1e-6)
     labelled = clf.evaluate(tf.data.Dataset.from_tensor_slices((TEXTS[:8], LABELS[:8])), verbose=0)  # unbatched
@@ -135,6 +151,11 @@ def test_what_a_user_means_is_taken(clf, tmp_path):
     with pytest.raises(TypeError) as e:
         clf(["a fine film"])
     _one_line(e, TypeError, "predict(texts)")
+    steps = int(clf.optimizer.iterations)
+    history = clf.fit(TEXTS[:8], LABELS[:8], batch_size=2, validation_split=0.25, verbose=0).history
+    assert int(clf.optimizer.iterations) == steps + 3  # 6 rows trained on
+    assert history["val_loss"][0] == pytest.approx(clf.evaluate(TEXTS[6:8], LABELS[6:8], verbose=0)["loss"],
+                                                   rel=1e-5)
 
 
 @pytest.mark.slow
@@ -150,6 +171,11 @@ def test_race_answers_as_letters_and_bad_options(mc):
         mc.predict(ragged, verbose=0)
     _one_line(e, ValueError, "options[1]", "4 options are expected", "got 3")
     assert mc.predict(([], [], []), verbose=0).shape == (0, 4)
+    as_lists = mc.predict(RACE_X, verbose=0)  # options as an [n, 4] array, and the export's names, alike
+    np.testing.assert_allclose(mc.predict((RACE_X[0], RACE_X[1], np.array(RACE_X[2])), verbose=0), as_lists,
+                               atol=1e-6)
+    named = dict(zip(("article", "question", "options"), RACE_X))
+    np.testing.assert_allclose(mc.predict(named, verbose=0), as_lists, atol=1e-6)
 
 
 @pytest.mark.slow
@@ -252,6 +278,10 @@ def test_a_cut_keras_file_is_one_line_and_saves_replace_whole(clf, tmp_path):
         load_model(str(path))
     _one_line(e, ValueError, str(path), "not a complete .keras file")
     assert keras.saving.get_registered_object("xlnet_tf>XLNetMultipleChoice") is not None
+    with pytest.raises(ValueError) as e:  # Keras' legacy .h5 would be written and never load back
+        clf.save(tmp_path / "m.h5")
+    _one_line(e, ValueError, "m.h5", "ending in .keras", "save_pretrained")
+    assert not (tmp_path / "m.h5").exists()
 
 
 @pytest.fixture(scope="module")

@@ -52,6 +52,7 @@ class XLNetClassifier(XLNetTask):
                 "pair": self.pair}
 
     segment_pad = SEG_PAD_CLASSIFIER
+    TEXT_INPUTS, REQUIRED_TEXTS = ("text_a", "text_b"), 1
 
     def feature_spec(self, length):
         return cls_features.feature_spec(length, self.regression)

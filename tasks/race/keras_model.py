@@ -22,6 +22,7 @@ class XLNetMultipleChoice(XLNetTask):
     """``XLNetMultipleChoice.from_pretrained(path, max_seq_length=512, max_qa_length=128)``."""
 
     segment_pad = SEG_PAD_CLASSIFIER
+    TEXT_INPUTS, REQUIRED_TEXTS = ("article", "question", "options"), 3
     export_kind = "race"  # every export format (tasks/export_formats.py)
 
     def __init__(self, config, max_qa_length: int = 128, **kwargs):

@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from xlnet_tf.tasks import keras_inputs as door
-from xlnet_tf.tasks.keras_task import XLNetTask
+from xlnet_tf.tasks.keras_task import XLNetTask, checked_batch_size
 from xlnet_tf.tasks.squad import metrics as squad_metrics
 from xlnet_tf.tasks.squad.features import build_squad_features, squad_feature_spec
 from xlnet_tf.tasks.squad.reader import SquadExample
@@ -34,6 +34,7 @@ class XLNetQuestionAnswerer(XLNetTask):
     ``run_squad.py``'s flags of the same names."""
 
     export_kind = "squad"  # every export format (tasks/export_formats.py)
+    TEXT_INPUTS, REQUIRED_TEXTS, LABEL_KEY = ("question", "context"), 2, "start_position"
 
     def __init__(self, config, max_query_length: int = 64, doc_stride: int = 128, max_answer_length: int = 64,
                  null_threshold: Optional[float] = SquadOptions.null_score_diff_threshold,
@@ -67,6 +68,7 @@ class XLNetQuestionAnswerer(XLNetTask):
 
     def as_dataset(self, x, y, batch_size, shuffle, training, micro_batches=1, sample_weight=None,
                    class_weight=None):
+        x = self.named_texts(x)
         if _raw(x):
             if y is None:
                 raise TypeError("XLNetQuestionAnswerer: fit/evaluate on (questions, contexts) need the answers "
@@ -105,6 +107,7 @@ class XLNetQuestionAnswerer(XLNetTask):
         """On raw ``(questions, contexts)`` with answers: the loss over their training windows, and the official
         scores of the answers ``predict`` gives (``exact``, ``f1``, as ``run_squad.py`` reports them; v2.0, when
         some question has no answer: with ``null_threshold``'s no-answer decision and the HasAns / NoAns parts)."""
+        x = self.named_texts(x)
         results = super().evaluate(x, y, batch_size=batch_size, sample_weight=sample_weight, return_dict=True,
                                    **kwargs)
         if _raw(x):
@@ -137,6 +140,7 @@ class XLNetQuestionAnswerer(XLNetTask):
     def predict(self, x, batch_size=None, **kwargs) -> Dict[str, np.ndarray]:
         """Raw ``(questions, contexts)`` -> the export's answers (module docstring), numpy arrays of n rows; SQuAD
         features (a dict or a dataset) -> the head's beams per window, as ``Model.predict``."""
+        x = self.named_texts(x)
         if not _raw(x):
             return super().predict(x, batch_size=batch_size, **kwargs)
         questions, contexts = (door.texts(t, name) for t, name in zip(x, ("questions", "contexts")))
@@ -149,7 +153,7 @@ class XLNetQuestionAnswerer(XLNetTask):
             # export (the saver lists each function attribute's concrete functions), the whole raw-text graph.
             object.__setattr__(self, "_answer_fn", [tf.function(module.answer, autograph=False,
                                                                 reduce_retracing=True)])
-        size = int(batch_size or 8)
+        size = checked_batch_size(batch_size, 8)
         parts = [self._answer_fn[0](tf.constant(questions[i:i + size]), tf.constant(contexts[i:i + size]))
                  for i in range(0, len(questions), size)]
         out = {k: np.concatenate([p[k].numpy() for p in parts]) for k in parts[0]}
