@@ -321,6 +321,8 @@ def test_question_answerer_fits_raw_squad_text():
     from xlnet_tf.tasks.squad.metrics import compute_exact
 
     out = qa.predict((questions, contexts))
+    named = qa.predict({"question": questions, "context": contexts})  # the export's input names
+    assert list(named["answer_text"]) == list(out["answer_text"]), (named, out)
     assert list(out["has_answer"]) == [bool(o <= 0.0) and s >= 0 for o, s in zip(out["null_odds"],
                                                                                   out["answer_start"])]
     said = ["" if o > 0.0 else t for o, t in zip(out["null_odds"], out["answer_text"])]
