@@ -150,6 +150,14 @@ def sample_weights(w, n: int, name: str = "sample_weight") -> np.ndarray:
     return values.astype(np.float32)
 
 
+def whole_number(name: str, value, least: int) -> int:
+    """An option that counts something (a length, a batch, epochs): an integer >= ``least``, else refused in one
+    line naming it (a float, a string or a bool is not taken for one)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < least:
+        raise ValueError(f"{name}={value!r}: expected an integer >= {least}")
+    return int(value)
+
+
 def texts_by_name(x: Mapping, names: Sequence[str], required: int, model: str, name: str = "x"):
     """A dict keyed by the export's text inputs (``serving_default``'s names, ``names`` in the raw form's order; the
     first ``required`` of them needed) -> the task's raw form: the one column, or the tuple of columns. ``None``

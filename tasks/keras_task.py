@@ -93,11 +93,19 @@ class _Tokenizers:
         self.graph = self.python.tf_tokenizer()  # reads the file now: the directory may go afterwards
 
     @classmethod
-    def from_file(cls, path: str, lower: bool, directory: str) -> "_Tokenizers":
+    def from_file(cls, path, lower: bool, directory: str) -> "_Tokenizers":
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"tokenizer: a path to a spiece.model or an XLNetTokenizer is expected, got "
+                            f"{type(path).__name__} {path!r}"[:300])
+        path = os.fspath(path)
         if not os.path.isfile(path):
             raise FileNotFoundError(f"SentencePiece model not found: {path} (pass tokenizer=PATH/spiece.model)")
         with open(path, "rb") as f:
-            return cls(f.read(), lower, directory)
+            proto = f.read()
+        try:
+            return cls(proto, lower, directory)
+        except ValueError:  # (the message would name the private copy)
+            raise ValueError(f"{path}: not a SentencePiece model (tokenizer= takes XLNet's spiece.model)") from None
 
 
 class XLNetTask(TaskModel):
@@ -108,6 +116,8 @@ class XLNetTask(TaskModel):
     def __init__(self, config, tokenizer=None, lower: bool = False, max_seq_length: int = 128,
                  seed: int = TrainConfig.seed, pretrained: bool = False, head_options: Optional[Dict[str, Any]] = None, name=None, **kwargs):
         config = config if isinstance(config, XLNetConfig) else XLNetConfig.from_dict(dict(config))
+        max_seq_length = door.whole_number("max_seq_length", max_seq_length, 1)
+        self.check_lengths(max_seq_length)
         self.head_options = dict(head_options or {})
         with _seeded(int(seed)):  # the whole model's initial weights, head included, from ``seed`` alone
             super().__init__(config, self.make_head(config, **self.head_options), seed=seed,
@@ -123,6 +133,12 @@ class XLNetTask(TaskModel):
             self.build_with(self.dummy_features())
 
     # ------------------------------------------------------------------ construction
+    def check_lengths(self, max_seq_length: int) -> None:
+        """The task's length rule, as its command line's (one line naming the options)."""
+        if max_seq_length < 3:
+            raise ValueError(f"max_seq_length={max_seq_length}: leaves no room for text (a text needs its pieces, "
+                             f"<sep> and <cls>: at least 3)")
+
     # (issue 69: names, revision/token/cache_dir/local_files_only, ignore_mismatched_sizes, save_pretrained)
     @classmethod
     def from_pretrained(cls, name_or_path: str, tokenizer=None, lower: Optional[bool] = None,
@@ -177,7 +193,7 @@ class XLNetTask(TaskModel):
         self.lower = self.lower if lower is None else bool(lower)
         tmp = tempfile.TemporaryDirectory(prefix="xlnet_task_")
         object.__setattr__(self, "_tmp", tmp)
-        object.__setattr__(self, "_tok", _Tokenizers.from_file(str(tokenizer), self.lower, tmp.name))
+        object.__setattr__(self, "_tok", _Tokenizers.from_file(tokenizer, self.lower, tmp.name))
         object.__setattr__(self, "_serving", None)  # (made again, with this tokenizer, when asked)
         object.__setattr__(self, "_answer_fn", None)
         if self._tok.python.vocab_size > self.config.n_token:
@@ -403,6 +419,9 @@ class XLNetTask(TaskModel):
                                      f"{'training' if at == 0 else 'validation'} example")
                 validation_data = tuple(door.take_rows(v, at, n) for v in (x, y, sample_weight) if v is not None)
                 x, y, sample_weight = (door.take_rows(v, 0, at) for v in (x, y, sample_weight))
+        epochs = door.whole_number("epochs", epochs, 1)
+        if steps_per_epoch is not None:
+            steps_per_epoch = door.whole_number("steps_per_epoch", steps_per_epoch, 1)
         k = int(self._train_options.get("grad_accum_steps", 1))
         ds = self.as_dataset(x, y, checked_batch_size(batch_size, 32), shuffle=shuffle, training=True,
                              micro_batches=k, sample_weight=sample_weight, class_weight=class_weight)
@@ -753,11 +772,7 @@ def _collectives_explained(call: str):
 
 def checked_batch_size(batch_size, default: int) -> int:
     """``batch_size`` as Keras takes it: None for the default, else an integer >= 1 (0 is refused, not the default)."""
-    if batch_size is None:
-        return default
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise ValueError(f"batch_size={batch_size!r}: expected an integer >= 1")
-    return int(batch_size)
+    return default if batch_size is None else door.whole_number("batch_size", batch_size, 1)
 
 
 def _no_rows(x) -> bool:

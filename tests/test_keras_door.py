@@ -77,6 +77,9 @@ BAD_CLASSIFIER_CALLS = [
     ("predict", (TEXTS[:4], {"batch_size": 0}), ValueError, ["batch_size=0"]),
     ("fit", (TEXTS[:4], LABELS[:4], {"validation_split": 1.0}), ValueError, ["validation_split=1.0", "fraction"]),
     ("fit", (TEXTS[:1], LABELS[:1], {"validation_split": 0.5}), ValueError, ["1 examples leave no training"]),
+    ("fit", (TEXTS[:4], LABELS[:4], {"epochs": 1.5}), ValueError, ["epochs=1.5", "integer >= 1"]),
+    ("fit", (TEXTS[:4], LABELS[:4], {"epochs": 0}), ValueError, ["epochs=0"]),
+    ("fit", (TEXTS[:4], LABELS[:4], {"steps_per_epoch": 0}), ValueError, ["steps_per_epoch=0"]),
 ]
 
 
@@ -115,6 +118,28 @@ def test_options_no_training_means_are_refused_at_compile(clf):
     with pytest.raises(ValueError) as e:
         XLNetClassifier(_config(), num_classes=1)
     _one_line(e, ValueError, "num_classes=1", "regression=True")
+    # the models' own options, as the command lines check their flags (before any model is built)
+    from xlnet_tf.tasks import XLNetMultipleChoice, XLNetQuestionAnswerer
+
+    spiece, readme = shared_path(*SPIECE), os.path.join(REPO, "README.md")
+    for build, error, parts in (
+            (lambda: XLNetClassifier(_config(), max_seq_length=2), ValueError, ["max_seq_length=2", "at least 3"]),
+            (lambda: XLNetClassifier(_config(), max_seq_length=4, pair=True), ValueError, ["pair", "at least 5"]),
+            (lambda: XLNetClassifier(_config(), max_seq_length="128"), ValueError, ["max_seq_length='128'"]),
+            (lambda: XLNetClassifier(_config(), label_names=["a", "a"]), ValueError, ["'a' names two classes"]),
+            (lambda: XLNetClassifier(_config(), tokenizer=readme), ValueError, [readme, "not a SentencePiece"]),
+            (lambda: XLNetClassifier(_config(), tokenizer=12), TypeError, ["tokenizer", "int 12"]),
+            (lambda: XLNetMultipleChoice(_config(), max_seq_length=16, max_qa_length=16), ValueError,
+             ["max_qa_length <= max_seq_length - 3"]),
+            (lambda: XLNetQuestionAnswerer(_config(), max_seq_length=16, max_query_length=16), ValueError,
+             ["max_seq_length=16", "max_query_length=16"]),
+            (lambda: XLNetQuestionAnswerer(_config(), doc_stride=0), ValueError, ["doc_stride=0"])):
+        with pytest.raises(Exception) as e:
+            build()
+        _one_line(e, error, *parts)
+    with pytest.raises(ValueError) as e:  # pairs arriving at a model too short for them
+        XLNetClassifier(_config(), max_seq_length=4, tokenizer=spiece).predict((["a"], ["b"]), verbose=0)
+    _one_line(e, ValueError, "max_seq_length=4", "at least 5")
     assert XLNetClassifier(_config(), regression=True, tokenizer=shared_path(*SPIECE)).regression
     clf.compile(optimizer=keras.optimizers.SGD(0.01))  # any Keras optimizer is taken
     clf.compile(learning_rate=1e-3)

@@ -73,8 +73,10 @@ class TrainConfig:
             raise ValueError(f"jit_compile: expected None/'auto', True/'step'/'true', 'update' or False/'off'/"
                              f"'false', got {self.jit_compile!r}")
         self.jit_compile = JIT_NAMES[self.jit_compile]
-        if int(self.grad_accum_steps) < 1 or int(self.train_steps) < 1:
-            raise ValueError("grad_accum_steps and train_steps must be >= 1")
+        for name in ("grad_accum_steps", "train_steps"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or value != int(value) or int(value) < 1:
+                raise ValueError(f"{name}={value!r}: expected an integer >= 1")
         bias = {"auto": None, "true": True, "false": False}.get(self.adam_bias_correction, self.adam_bias_correction)
         if bias not in (None, True, False):
             raise ValueError(f"adam_bias_correction: expected None/'auto', True/'true' or False/'false', "

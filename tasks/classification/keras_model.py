@@ -37,8 +37,17 @@ class XLNetClassifier(XLNetTask):
         self.label_names = None if label_names is None else [str(n) for n in label_names]
         if self.label_names is not None and len(self.label_names) != self.num_classes:
             raise ValueError(f"label_names: {len(self.label_names)} names for {self.num_classes} classes")
+        twice = sorted({n for n in self.label_names or () if self.label_names.count(n) > 1})
+        if twice:
+            raise ValueError(f"label_names: {twice[0]!r} names two classes; each class needs its own name")
         self.pair = bool(pair)
         super().__init__(config, **kwargs)
+
+    def check_lengths(self, max_seq_length: int) -> None:
+        need = 5 if self.pair else 3
+        if max_seq_length < need:
+            what = "a pair needs A <sep> B <sep> <cls>" if self.pair else "a text needs its pieces, <sep> and <cls>"
+            raise ValueError(f"max_seq_length={max_seq_length}: leaves no room for text ({what}: at least {need})")
 
     def make_head(self, config, **head_options):
         from xlnet_tf.heads.classification import ClassificationHead
@@ -77,6 +86,7 @@ class XLNetClassifier(XLNetTask):
         a, b = door.texts(columns[0], "texts_a"), door.texts(columns[1], "texts_b")
         door.same_length("texts_a", a, "texts_b", b)
         self.pair = True
+        self.check_lengths(self.max_seq_length)
         return a, b
 
     def check_labels(self, y, n: int) -> np.ndarray:

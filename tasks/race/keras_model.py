@@ -26,8 +26,11 @@ class XLNetMultipleChoice(XLNetTask):
     export_kind = "race"  # every export format (tasks/export_formats.py)
 
     def __init__(self, config, max_qa_length: int = 128, **kwargs):
-        self.max_qa_length = int(max_qa_length)
+        self.max_qa_length = door.whole_number("max_qa_length", max_qa_length, 1)
         super().__init__(config, **kwargs)
+
+    def check_lengths(self, max_seq_length: int) -> None:
+        race_data.check_lengths(max_seq_length, self.max_qa_length)
 
     def make_head(self, config, **head_options):
         from xlnet_tf.heads.multiple_choice import MultipleChoiceHead

@@ -39,11 +39,19 @@ class XLNetQuestionAnswerer(XLNetTask):
     def __init__(self, config, max_query_length: int = 64, doc_stride: int = 128, max_answer_length: int = 64,
                  null_threshold: Optional[float] = SquadOptions.null_score_diff_threshold,
                  allow_last_paragraph_token: bool = False, **kwargs):
-        self.squad_options = dict(max_query_length=int(max_query_length), doc_stride=int(doc_stride),
-                                  max_answer_length=int(max_answer_length),
+        self.squad_options = dict(max_query_length=door.whole_number("max_query_length", max_query_length, 1),
+                                  doc_stride=door.whole_number("doc_stride", doc_stride, 1),
+                                  max_answer_length=door.whole_number("max_answer_length", max_answer_length, 1),
                                   null_threshold=None if null_threshold is None else float(null_threshold),
                                   allow_last_paragraph_token=bool(allow_last_paragraph_token))
         super().__init__(config, **kwargs)
+
+    def check_lengths(self, max_seq_length: int) -> None:
+        """As run_squad.py's: the question and <sep> <sep> <cls> leave a context piece in each window."""
+        q = self.squad_options["max_query_length"]
+        if max_seq_length < q + 4:
+            raise ValueError(f"max_seq_length={max_seq_length}: leaves no context beside max_query_length={q} "
+                             f"(at least max_query_length + 4)")
 
     def make_head(self, config, **head_options):
         from xlnet_tf.heads.squad import SquadHead
