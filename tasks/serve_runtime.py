@@ -596,6 +596,9 @@ class Served:
         lay = self.layout
         text_a = _texts(text_a, "text_a")
         n = len(text_a)
+        if (text_b is None) == bool(lay["pair"]):  # as the SavedModel's signature: text_b iff it was exported so
+            raise ValueError("text_b: this export reads pairs (text_a, text_b); text_b is missing" if lay["pair"]
+                             else "text_b: this export reads single texts (text_a alone)")
         ids_a = self.encode(text_a)
         if text_b is None:
             ids_b = [[] for _ in range(n)]
@@ -605,7 +608,7 @@ class Served:
                 raise ValueError(f"text_a has {n} rows, text_b {len(text_b)}")
             ids_b = self.encode(text_b)
         if n == 0:  # an empty request: the one-row answer's shapes with no rows
-            return {k: v[:0] for k, v in self.classify([""]).items()}
+            return {k: v[:0] for k, v in self.classify([""], [""] if lay["pair"] else None).items()}
         rows = classifier_rows(ids_a, ids_b, lay["max_seq_length"], lay["sep_id"], lay["cls_id"])
         multiple = 1 if (n == 1 and lay["exact_single_row"]) else lay["serving_multiple"]
         out = self._in_groups(rows, [len(t) for t, _ in rows], multiple)
@@ -615,12 +618,25 @@ class Served:
 
 
 def _texts(rows, name: str, strings: bool = True):
-    """A request's rows (str or UTF-8 bytes each); one string instead of a list is refused in one line."""
+    """A request's rows (str or UTF-8 bytes each); one string instead of a list, a row of another kind (None, a
+    number) or bytes that are not UTF-8 are refused in one line naming the row, as the SavedModel refuses them."""
     if isinstance(rows, (str, bytes)):
         raise ValueError(f"{name}: expected a list of rows, got one string {rows[:40]!r}")
+    rows = list(rows)
     if not strings:
-        return list(rows)
-    return [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in rows]
+        return rows
+    out = []
+    for i, t in enumerate(rows):
+        if isinstance(t, bytes):
+            try:
+                t = t.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{name}[{i}]: bytes that are not valid UTF-8 ({e.reason} at byte {e.start})") \
+                    from None
+        elif not isinstance(t, str):
+            raise TypeError(f"{name}[{i}]: a text (str) is expected, got {type(t).__name__} {t!r}"[:300])
+        out.append(t)
+    return out
 
 
 def load(folder: str, precision=None, threads=None) -> Served:

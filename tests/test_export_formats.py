@@ -39,6 +39,12 @@ if "squad" in request:  # each context piece's characters in its context, the wi
         served(question=["Who?"], context="Ann did.")
     except ValueError as e:
         last["squad"].append(str(e))
+for kwargs in request.get("refusals", []):  # what the SavedModel's signature refuses, refused in one line
+    try:
+        served(**kwargs)
+        last.setdefault("refused", []).append(None)
+    except (TypeError, ValueError) as e:
+        last.setdefault("refused", []).append(f"{type(e).__name__}: {e}")
 answers.append(last)
 leaked = [m for m in sys.modules if m.split(".")[0] in ("tensorflow", "xlnet_tf", "keras", "tensorflow_text")]
 assert not leaked, leaked
@@ -74,8 +80,9 @@ def exports(tmp_path_factory):
                 for a, b in requests]
     for fmt in ("onnx", "openvino"):
         model.export(str(root / fmt), format=fmt)
+    refusals = [{"text_a": sst2[:2]}, {"text_a": ["a", None], "text_b": ["b", "c"]}]
     (root / "requests.json").write_text(json.dumps({"calls": [{"text_a": a, "text_b": b} for a, b in requests],
-                                                    "encode": sst2[:8]}))
+                                                    "encode": sst2[:8], "refusals": refusals}))
     ids = [model.tokenizer.encode(t) for t in sst2[:8]]
     return root, expected, ids
 
@@ -181,7 +188,7 @@ def _squad_layout(model, call):
             "context: expected a list of rows, got one string 'Ann did.'"]
 
 
-def _serve_without_tensorflow(root, fmt, expected, ids, squad=None):
+def _serve_without_tensorflow(root, fmt, expected, ids, squad=None, refused=None):
     proc = subprocess.Popen([sys.executable, "-c", SERVED, str(root / fmt), str(root / "requests.json")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(root),
                             env=dict(os.environ, PYTHONPATH=""))
@@ -190,6 +197,7 @@ def _serve_without_tensorflow(root, fmt, expected, ids, squad=None):
     last = answers.pop()
     assert last["ids"] == ids  # the runtime's SentencePiece + the runner's rules = XLNetTokenizer.encode
     assert last.get("squad") == squad
+    assert last.get("refused") == refused
     assert len(answers) == len(expected)
     for want, got in zip(expected, answers):
         assert set(got) == set(want)
@@ -210,7 +218,9 @@ def test_an_export_serves_raw_text_without_tensorflow_as_the_saved_model(exports
     root, expected, ids = exports
     info = json.loads((root / fmt / "serving_info.json").read_text())
     assert info["format"] == fmt and info["inputs"] == ["text_a", "text_b"]
-    _serve_without_tensorflow(root, fmt, expected, ids)
+    _serve_without_tensorflow(root, fmt, expected, ids, refused=[
+        "ValueError: text_b: this export reads pairs (text_a, text_b); text_b is missing",
+        "TypeError: text_a[1]: a text (str) is expected, got NoneType None"])
 
 
 @pytest.mark.slow
