@@ -379,3 +379,22 @@ def test_mask_emb_positions_read_mask_emb_on_the_content_stream():
     np.testing.assert_array_equal(out.numpy(), ref.numpy())
     plain = m(ids, segment_ids=seg, padding_mask=pad)["sequence_output"]
     assert np.abs(plain.numpy() - out.numpy()).max() > 1e-3
+
+
+def test_a_wrong_input_is_one_line_naming_it():
+    """The backbone's token inputs checked before Keras' call (no framework traceback, nothing read otherwise):
+    text, float ids, ids not [batch, seq], a segment or padding mask of another shape (which would broadcast),
+    and, called eagerly, an id outside the vocabulary."""
+    model = XLNetModel(XLNetConfig(**TINY))
+    ids = np.array([[5, 6, 7, 8]])
+    assert model(ids)["sequence_output"].shape == (1, 4, 32)
+    for kwargs, kind, part in (
+            (dict(input_ids=["hello world"]), TypeError, "got text"),
+            (dict(input_ids=np.array([[5.5, 6.0]])), TypeError, "integer token ids"),
+            (dict(input_ids=np.array([5, 6, 7])), ValueError, "got shape [3]"),
+            (dict(input_ids=ids, segment_ids=np.zeros((1, 3), np.int32)), ValueError, "segment_ids"),
+            (dict(input_ids=ids, padding_mask=np.ones((2, 4), np.int32)), ValueError, "padding_mask"),
+            (dict(input_ids=np.array([[3, 60]])), ValueError, "input_ids[0, 1]: 60 is not a token id")):
+        with pytest.raises(kind) as e:
+            model(**kwargs)
+        assert part in str(e.value) and "\n" not in str(e.value), str(e.value)

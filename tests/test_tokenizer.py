@@ -96,6 +96,19 @@ def test_encode_decode_round_trip(tok):
 
 
 @needs_spiece
+def test_a_wrong_input_is_one_line(tok):
+    assert tok.encode(b"Hello world") == tok.encode("Hello world")  # UTF-8 bytes are decoded
+    for call, kind, part in ((lambda: tok.encode(None), TypeError, "got NoneType"),
+                             (lambda: tok.encode(["a", "b"]), TypeError, "one call per text"),
+                             (lambda: tok.tokenize(3), TypeError, "got int"),
+                             (lambda: tok.decode([5, 32000]), ValueError, "ids[1]: 32000 is not a piece id"),
+                             (lambda: tok.convert_ids_to_tokens([-1]), ValueError, "ids[0]: -1")):
+        with pytest.raises(kind) as e:
+            call()
+        assert part in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+@needs_spiece
 def test_lower(tok):
     low = XLNetTokenizer(str(SPIECE), lower=True)
     assert low.tokenize("HELLO World") == tok.tokenize("hello world")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Sequence
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from xlnet_tf import checkpoint, path_choice, presets
@@ -128,6 +129,13 @@ class XLNetModel(keras.Model):
         return tf.stop_gradient(new[:, -c.mem_len:])
 
     # ------------------------------------------------------------------ forward
+    def __call__(self, *args, **kwargs):
+        """Keras' call, its token inputs checked first (``_check_inputs``), so a wrong one is one line."""
+        named = dict(zip(("input_ids", "segment_ids", "padding_mask"), args), **kwargs)
+        _check_inputs(named.get("input_ids"), named.get("segment_ids"), named.get("padding_mask"),
+                      self.config.n_token)
+        return super().__call__(*args, **kwargs)
+
     def call(self, input_ids, segment_ids=None, padding_mask=None, mems: Optional[Sequence] = None,
              perm_mask=None, target_mapping=None, training=False,
              output_hidden_states: bool = False, mem_padding_mask=None,
@@ -262,3 +270,31 @@ class XLNetModel(keras.Model):
         ``XLNetLMHeadModel`` / ``XLNetModel`` (see checkpoint.py); ``tokenizer`` (an ``XLNetTokenizer``): its
         ``spiece.model`` and, in the HF format, transformers' tokenizer files beside the weights."""
         checkpoint.save_pretrained(self, directory, format=format, tokenizer=tokenizer)
+
+
+def _check_inputs(input_ids, segment_ids, padding_mask, n_token: int) -> None:
+    """The call's token inputs, refused in one line naming the argument: integer ids of rank 2, the segments and
+    the padding mask of the ids' shape (what is known when a graph is traced: nothing added to it); called
+    eagerly, also each id in [0, n_token)."""
+    dtype = getattr(input_ids, "dtype", None)
+    if isinstance(input_ids, (str, bytes)) or (isinstance(input_ids, (list, tuple)) and input_ids
+                                               and isinstance(input_ids[0], (str, bytes))):
+        raise TypeError("input_ids: token ids are expected, got text (XLNetTokenizer.encode gives the ids; the task "
+                        "models in xlnet_tf.tasks read text)")
+    if dtype is not None and not tf.as_dtype(dtype).is_integer:
+        raise TypeError(f"input_ids: integer token ids are expected, got {tf.as_dtype(dtype).name} (XLNetTokenizer."
+                        f"encode gives them)")
+    shape = tf.TensorShape(getattr(input_ids, "shape", None))
+    if shape.rank is not None and shape.rank != 2:
+        raise ValueError(f"input_ids: [batch, length] token ids are expected, got shape {shape.as_list()}")
+    for name, other in (("segment_ids", segment_ids), ("padding_mask", padding_mask)):
+        if other is not None and not tf.TensorShape(getattr(other, "shape", None)).is_compatible_with(shape):
+            raise ValueError(f"{name}: the shape of input_ids {shape.as_list()} is expected, got "
+                             f"{tf.TensorShape(other.shape).as_list()}")
+    if tf.executing_eagerly() and not isinstance(input_ids, keras.KerasTensor):
+        ids = np.asarray(input_ids)
+        bad = np.argwhere((ids < 0) | (ids >= n_token))
+        if bad.size:
+            where = tuple(int(i) for i in bad[0])
+            raise ValueError(f"input_ids{list(where)}: {int(ids[where])} is not a token id of this model "
+                             f"(0..{n_token - 1})")

@@ -110,6 +110,16 @@ def strip_accents(text: str) -> str:
     return text if text.isascii() else unicodedata.normalize("NFKD", text).translate(_KEEP)
 
 
+def _text(text, call: str) -> str:
+    """One text: a str (UTF-8 bytes decoded); anything else refused in one line."""
+    if isinstance(text, str):
+        return text
+    if isinstance(text, bytes):
+        return text.decode("utf-8")
+    raise TypeError(f"{call}: one text (str) is expected, got {type(text).__name__}"
+                    + (" (one call per text)" if isinstance(text, (list, tuple)) else f" {text!r}"[:200]))
+
+
 def preprocess_text(text: str, lower: bool = False, remove_space: bool = True,
                     keep_accents: bool = False) -> str:
     """The original XLNet text normalisation (before SentencePiece)."""
@@ -166,7 +176,7 @@ class XLNetTokenizer:
         return self.vocab_size
 
     def preprocess(self, text: str) -> str:
-        return preprocess_text(text, lower=self.lower, remove_space=self.remove_space,
+        return preprocess_text(_text(text, "tokenize"), lower=self.lower, remove_space=self.remove_space,
                                keep_accents=self.keep_accents)
 
     # ------------------------------------------------------------------ pieces and ids
@@ -199,7 +209,15 @@ class XLNetTokenizer:
         return [self.sp.PieceToId(p) for p in pieces]
 
     def convert_ids_to_tokens(self, ids: Iterable[int]) -> List[str]:
-        return [self.sp.IdToPiece(int(i)) for i in ids]
+        return [self.sp.IdToPiece(i) for i in self._ids(ids)]
+
+    def _ids(self, ids: Iterable[int], name: str = "ids") -> List[int]:
+        """Piece ids of this model, refused in one line naming the first that is not one."""
+        out = [int(i) for i in ids]
+        for k, i in enumerate(out):
+            if not 0 <= i < self.vocab_size:
+                raise ValueError(f"{name}[{k}]: {i} is not a piece id of this tokenizer (0..{self.vocab_size - 1})")
+        return out
 
     def encode(self, text: str, sample: bool = False, first: Optional[int] = None,
                last: Optional[int] = None) -> List[int]:
@@ -208,6 +226,7 @@ class XLNetTokenizer:
         ``first=n`` / ``last=n``: only the first / last n ids (n >= 0), ``encode(text)[:n]`` / ``encode(text)[-n:]``,
         at a cost in proportion to n (the module docstring says how, and where ``last`` of a text longer than
         ``WHOLE_CHARS`` may differ). Sampled ids (``sample``) are drawn for the whole text, then cut."""
+        text = _text(text, "encode")
         if first is not None and last is not None:
             raise ValueError("encode: pass first= or last=, not both")
         n = first if last is None else last
@@ -251,7 +270,7 @@ class XLNetTokenizer:
 
     def decode(self, ids: Sequence[int], skip_special: bool = True) -> str:
         """Ids -> text. Control symbols (<cls>, <sep>, <pad>, ...) are dropped when ``skip_special``."""
-        ids = [int(i) for i in ids]
+        ids = self._ids(ids)
         if skip_special:
             ids = [i for i in ids if not (self.sp.IsControl(i) or i in (self.eod_id, self.eop_id))]
             return self.sp.DecodeIds(ids)
