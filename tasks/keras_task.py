@@ -474,8 +474,8 @@ class XLNetTask(TaskModel):
         ``max_seq_length`` so they stack). Every array input is checked here (``tasks/keras_inputs.py``)."""
         fixed = self.max_seq_length if micro_batches > 1 else None
         preprocess = self._preprocess_fn(fixed)
-        if batch_size is not None and (isinstance(batch_size, bool) or int(batch_size) < 1):
-            raise ValueError(f"batch_size={batch_size!r}: expected an integer >= 1")
+        if batch_size is not None:
+            door.whole_number("batch_size", batch_size, 1)
         if isinstance(x, tf.data.Dataset):
             if y is not None or sample_weight is not None:
                 raise ValueError("x is a tf.data.Dataset: its elements carry the labels and weights ((x, y) or "
