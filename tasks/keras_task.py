@@ -265,6 +265,10 @@ class XLNetTask(TaskModel):
             with self.distribute_strategy.scope():
                 optimizer = keras.optimizers.get(optimizer) if isinstance(optimizer, str) else optimizer
             UpdateRule.check_optimizer(optimizer, self.distribute_strategy)
+        if loss != AUTO and self.predicts_logits and _reads_probabilities(loss):
+            raise ValueError(f"loss={_reads_probabilities(loss)!r} reads probabilities, but {type(self).__name__} "
+                             f"gives logits (predict's output): pass the loss with from_logits=True (keras.losses."
+                             f"SparseCategoricalCrossentropy(from_logits=True)), or loss='auto' (the head's own)")
         self._loss_spec = loss
         object.__setattr__(self, "_rule", None)
         if optimizer == AUTO:
@@ -525,6 +529,7 @@ class XLNetTask(TaskModel):
     TEXT_INPUTS: Tuple[str, ...] = ()
     REQUIRED_TEXTS = 0
     LABEL_KEY = "label"  # the feature a labelled example carries (evaluate refuses examples without it)
+    predicts_logits = False  # predict's output is logits (a loss reading probabilities is refused at compile)
 
     def named_texts(self, x):
         """A dict of texts keyed by the export's input names (``{"text_a": [...], "text_b": [...]}``) -> the
@@ -768,6 +773,20 @@ def _collectives_explained(call: str):
             f"same start: tensorflow/tensorflow#62790); restart the process and build every model under one "
             f"strategy object, or create each strategy with cross_device_ops=tf.distribute.ReductionToOneDevice()"
         ) from None
+
+
+_PROBABILITY_LOSSES = ("sparse_categorical_crossentropy", "categorical_crossentropy", "binary_crossentropy",
+                       "binary_focal_crossentropy", "categorical_focal_crossentropy")
+
+
+def _reads_probabilities(loss) -> Optional[str]:
+    """The name of a Keras cross-entropy ``loss`` that reads probabilities (``from_logits=False``, its default:
+    a string, the function, or the object so built); None for any other loss."""
+    if isinstance(loss, keras.losses.Loss):
+        config = loss.get_config()
+        return config.get("name") if config.get("from_logits") is False else None
+    name = loss if isinstance(loss, str) else getattr(loss, "__name__", None)
+    return name if name in _PROBABILITY_LOSSES else None
 
 
 def checked_batch_size(batch_size, default: int) -> int:

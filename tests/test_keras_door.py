@@ -115,6 +115,11 @@ def test_options_no_training_means_are_refused_at_compile(clf):
     with pytest.raises(TypeError) as e:
         clf.compile(optimizer=42)
     _one_line(e, TypeError, "optimizer", "42")
+    for loss in ("sparse_categorical_crossentropy", keras.losses.SparseCategoricalCrossentropy()):
+        with pytest.raises(ValueError) as e:  # on logits it would train on garbage, silently
+            clf.compile(loss=loss)
+        _one_line(e, ValueError, "reads probabilities", "gives logits", "from_logits=True")
+    clf.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     with pytest.raises(ValueError) as e:
         XLNetClassifier(_config(), num_classes=1)
     _one_line(e, ValueError, "num_classes=1", "regression=True")

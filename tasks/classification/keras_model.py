@@ -43,6 +43,10 @@ class XLNetClassifier(XLNetTask):
         self.pair = bool(pair)
         super().__init__(config, **kwargs)
 
+    @property
+    def predicts_logits(self) -> bool:
+        return not self.regression
+
     def check_lengths(self, max_seq_length: int) -> None:
         need = 5 if self.pair else 3
         if max_seq_length < need:

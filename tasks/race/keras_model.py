@@ -23,6 +23,7 @@ class XLNetMultipleChoice(XLNetTask):
 
     segment_pad = SEG_PAD_CLASSIFIER
     TEXT_INPUTS, REQUIRED_TEXTS = ("article", "question", "options"), 3
+    predicts_logits = True
     export_kind = "race"  # every export format (tasks/export_formats.py)
 
     def __init__(self, config, max_qa_length: int = 128, **kwargs):
