@@ -8,6 +8,8 @@ calls these before any dataset is built.
   as an object array of UTF-8 ``bytes``: what ``tf.constant`` reads as is (numpy's fixed-width ``str`` arrays would
   drop trailing NUL characters, which the export keeps).
 * **Pairs**: a tuple ``(texts_a, texts_b)`` of equal lengths, or a list of ``(a, b)`` pairs (HF's habit).
+* **Texts by name**: a dict keyed by the export's input names (``text_a`` / ``text_b``, ...: ``texts_by_name``),
+  read as the task's tuple, so one request serves the model and its export.
 * **Labels**: class indices in ``[0, num_classes)`` (integral floats accepted, 0.5 refused), or strings mapped
   through the model's ``label_names``; regression targets are finite numbers; RACE answers are indices 0-3 or the
   letters "A"-"D" (RACE's own format).
@@ -191,13 +193,14 @@ def count_rows(x, name: str = "x") -> int:
                         f"{type(x).__name__}") from None
 
 
-def take_rows(x, start: int, stop: int):
-    """Rows ``start:stop`` of ``x`` in its own form (a dict and a tuple of columns: of each)."""
+def take_rows(x, start: int, stop: int, columns: bool = True):
+    """Rows ``start:stop`` of ``x`` in its own form (a dict and, with ``columns``, a tuple of columns: of each;
+    labels and weights are rows whatever their container)."""
     if x is None:
         return None
     if isinstance(x, Mapping):
         return {k: take_rows(v, start, stop) for k, v in x.items()}
-    if _columns(x):
+    if columns and _columns(x):
         return tuple(take_rows(c, start, stop) for c in x)
     if hasattr(x, "iloc"):  # pandas: by position
         return x.iloc[start:stop]

@@ -421,8 +421,10 @@ class XLNetTask(TaskModel):
                 if not 0 < at < n:
                     raise ValueError(f"fit(validation_split={split}): {n} examples leave no "
                                      f"{'training' if at == 0 else 'validation'} example")
-                validation_data = tuple(door.take_rows(v, at, n) for v in (x, y, sample_weight) if v is not None)
-                x, y, sample_weight = (door.take_rows(v, 0, at) for v in (x, y, sample_weight))
+                x, held = door.take_rows(x, 0, at), door.take_rows(x, at, n)
+                validation_data = (held, door.take_rows(y, at, n, columns=False)) + (
+                    () if sample_weight is None else (door.take_rows(sample_weight, at, n, columns=False),))
+                y, sample_weight = (door.take_rows(v, 0, at, columns=False) for v in (y, sample_weight))
         epochs = door.whole_number("epochs", epochs, 1)
         if steps_per_epoch is not None:
             steps_per_epoch = door.whole_number("steps_per_epoch", steps_per_epoch, 1)
