@@ -273,17 +273,14 @@ class XLNetModel(keras.Model):
 
 
 def _check_inputs(input_ids, segment_ids, padding_mask, n_token: int) -> None:
-    """The call's token inputs, refused in one line naming the argument: integer ids of rank 2, the segments and
-    the padding mask of the ids' shape (what is known when a graph is traced: nothing added to it); called
-    eagerly, also each id in [0, n_token)."""
-    dtype = getattr(input_ids, "dtype", None)
+    """The call's token inputs, refused in one line naming the argument: ids that are text, ids not of rank 2, the
+    segments and the padding mask of another shape than the ids (what is known when a graph is traced: nothing
+    added to it); called eagerly, also ids that are not integers or not in [0, n_token) (Keras' own traces, an
+    export's signature, may hand in float specs)."""
     if isinstance(input_ids, (str, bytes)) or (isinstance(input_ids, (list, tuple)) and input_ids
                                                and isinstance(input_ids[0], (str, bytes))):
         raise TypeError("input_ids: token ids are expected, got text (XLNetTokenizer.encode gives the ids; the task "
                         "models in xlnet_tf.tasks read text)")
-    if dtype is not None and not tf.as_dtype(dtype).is_integer:
-        raise TypeError(f"input_ids: integer token ids are expected, got {tf.as_dtype(dtype).name} (XLNetTokenizer."
-                        f"encode gives them)")
     shape = tf.TensorShape(getattr(input_ids, "shape", None))
     if shape.rank is not None and shape.rank != 2:
         raise ValueError(f"input_ids: [batch, length] token ids are expected, got shape {shape.as_list()}")
@@ -291,10 +288,14 @@ def _check_inputs(input_ids, segment_ids, padding_mask, n_token: int) -> None:
         if other is not None and not tf.TensorShape(getattr(other, "shape", None)).is_compatible_with(shape):
             raise ValueError(f"{name}: the shape of input_ids {shape.as_list()} is expected, got "
                              f"{tf.TensorShape(other.shape).as_list()}")
-    if tf.executing_eagerly() and not isinstance(input_ids, keras.KerasTensor):
-        ids = np.asarray(input_ids)
-        bad = np.argwhere((ids < 0) | (ids >= n_token))
-        if bad.size:
-            where = tuple(int(i) for i in bad[0])
-            raise ValueError(f"input_ids{list(where)}: {int(ids[where])} is not a token id of this model "
-                             f"(0..{n_token - 1})")
+    if not tf.executing_eagerly() or isinstance(input_ids, keras.KerasTensor) or not hasattr(input_ids, "dtype"):
+        return
+    if not tf.as_dtype(input_ids.dtype).is_integer:
+        raise TypeError(f"input_ids: integer token ids are expected, got {tf.as_dtype(input_ids.dtype).name} "
+                        f"(XLNetTokenizer.encode gives them)")
+    ids = np.asarray(input_ids)
+    bad = np.argwhere((ids < 0) | (ids >= n_token))
+    if bad.size:
+        where = tuple(int(i) for i in bad[0])
+        raise ValueError(f"input_ids{list(where)}: {int(ids[where])} is not a token id of this model "
+                         f"(0..{n_token - 1})")
