@@ -269,6 +269,13 @@ def test_squad_and_race_models_answer_raw_text_as_their_exports(tmp_path):
                  if isinstance(child, tf.types.experimental.PolymorphicFunction)]
     assert saved_fns == ["_default_save_signature"], saved_fns
     qa.export(str(tmp_path / "qa"))
+    # ... which the export does not write either: its own signatures only (xlnet_tf.modeling.own_signatures)
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    proto.ParseFromString((tmp_path / "qa" / "saved_model.pb").read_bytes())
+    children = {c.local_name for node in proto.meta_graphs[0].object_graph_def.nodes for c in node.children}
+    assert "_default_save_signature" not in children and "serving_default" in proto.meta_graphs[0].signature_def
     served = tf.saved_model.load(str(tmp_path / "qa")).signatures["serving_default"](
         question=tf.constant(questions), context=tf.constant(contexts))
     assert list(answers["answer_text"]) == [t.decode() for t in served["answer_text"].numpy()]

@@ -30,7 +30,7 @@ from typing import Callable, Dict, Optional
 import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 
-from xlnet_tf import accel, hardware
+from xlnet_tf import accel, hardware, modeling
 from xlnet_tf.fileutil import SAVED_MODEL, SERVING_INFO, atomic_directory, write_json
 from xlnet_tf.lengths import SERVING_MULTIPLE, padded_length
 
@@ -242,7 +242,8 @@ def save_atomically(module: tf.Module, export_dir: str, signatures: Dict[str, Ca
     """tf.saved_model.save into a temp dir next to ``export_dir``, then rename over it. ``serving_info.json``
     next to ``saved_model.pb`` records the export's compute precision (``serving_info``)."""
     with atomic_directory(export_dir, SAVED_MODEL) as tmp:
-        with accel.portable_graph():  # no compiled kernel in the graph: serving needs TensorFlow only
+        # no compiled kernel in the graph (serving needs TensorFlow only), no Keras default signature (ours only)
+        with accel.portable_graph(), modeling.own_signatures():
             tf.saved_model.save(module, tmp, signatures=signatures)
         _check_float32_signatures(tmp)  # before the rename: a refused export writes nothing
         write_json(os.path.join(tmp, SERVING_INFO), serving_info(module))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Dict, List, Optional, Sequence
 
 import keras
@@ -16,7 +17,33 @@ from xlnet_tf.encodings import PositionalBasis, RelativePositionalEncoding
 from xlnet_tf.masks import attention_masks, segment_diff
 
 
-class WrapsBackbone:
+# Keras' default SavedModel signature (``keras.Model._default_save_signature``, a ``tf.function`` over the whole
+# model): TensorFlow's saver finds it on every Keras model it walks, traces it (with AutoGraph) and saves it, also
+# when the model is saved inside another object with signatures of its own. Our exports give their own
+# (``export.save_atomically``, inside ``own_signatures()``): there the models offer none, one trace of the model
+# less per export, never called, ~9% of a small classifier's SavedModel graph (PERFORMANCE.md "Test suite"). A
+# user's own ``tf.saved_model.save(model, path)`` keeps Keras' signature.
+_own_signatures = False
+
+
+@contextlib.contextmanager
+def own_signatures():
+    """Inside, the models below offer TensorFlow's saver no Keras default signature."""
+    global _own_signatures
+    old, _own_signatures = _own_signatures, True
+    try:
+        yield
+    finally:
+        _own_signatures = old
+
+
+class _SignatureOnlyOutsideExports:
+    @property
+    def _default_save_signature(self):
+        return None if _own_signatures else getattr(super(), "_default_save_signature", None)
+
+
+class WrapsBackbone(_SignatureOnlyOutsideExports):
     """For models holding an ``XLNetModel`` as ``self.backbone`` (TaskModel, PretrainModel)."""
 
     @property
@@ -35,7 +62,7 @@ class WrapsBackbone:
             return self.n_layer + 1
 
 
-class XLNetModel(keras.Model):
+class XLNetModel(_SignatureOnlyOutsideExports, keras.Model):
     """XLNet backbone.
 
     ``model(input_ids, segment_ids=None, padding_mask=None, mems=None, perm_mask=None, target_mapping=None,
