@@ -18,6 +18,7 @@ import tensorflow as tf
 from xlnet_tf.heads import DEFAULT_SUMMARY
 from xlnet_tf.heads.summary import SequenceSummary
 from xlnet_tf.head import Head, hf_linear
+from xlnet_tf.ops import normal_init
 from xlnet_tf.ram import HeadSize, dense_params
 
 
@@ -31,19 +32,19 @@ class ClassificationHead(Head):
         self.d_model, self.num_labels, self.regression = d_model, int(num_labels), regression
         self.task_name = task_name.lower()  # the original scope uses the flag as given, e.g. "sts-b"
         self.hidden_sizes = tuple(int(h) for h in hidden_sizes)
-        init = keras.initializers.RandomNormal(stddev=initializer_range)
         self.summary = SequenceSummary(d_model, summary_type=summary_type, dropout=dropout, n_head=n_head,
                                        d_head=d_head, initializer_range=initializer_range,
                                        name="sequence_summary", dtype=self.dtype_policy)
         self.mlp = []
         for i, size in enumerate(self.hidden_sizes):
-            self.mlp.append(keras.layers.Dense(size, activation="tanh", kernel_initializer=init,
+            self.mlp.append(keras.layers.Dense(size, activation="tanh",
+                                               kernel_initializer=normal_init(initializer_range),
                                                name=f"hidden_{i}", dtype=self.dtype_policy))
             self.mlp.append(keras.layers.Dropout(dropout, dtype=self.dtype_policy))
         for i, layer in enumerate(self.mlp):  # tf.train.Checkpoint does not see layers inside Keras lists
             setattr(self, f"mlp_{i}", layer)
-        self.logit = keras.layers.Dense(self.num_labels, kernel_initializer=init, name="logit",
-                                        dtype=self.dtype_policy)
+        self.logit = keras.layers.Dense(self.num_labels, kernel_initializer=normal_init(initializer_range),
+                                        name="logit", dtype=self.dtype_policy)
         self._config = dict(d_model=d_model, num_labels=num_labels, regression=regression, task_name=task_name,
                             summary_type=summary_type, hidden_sizes=list(self.hidden_sizes), dropout=dropout,
                             initializer_range=initializer_range, n_head=n_head, d_head=d_head)

@@ -23,6 +23,7 @@ import tensorflow as tf
 from xlnet_tf.heads import DEFAULT_SUMMARY, SUMMARY_TYPES
 from xlnet_tf.head import hf_linear
 from xlnet_tf.masks import mask_logits
+from xlnet_tf.ops import normal_init
 from xlnet_tf.ram import dense_params
 
 ORIGINAL_SCOPE = "model/sequnece_summary"  # the original's spelling
@@ -46,8 +47,8 @@ class SequenceSummary(keras.layers.Layer):
         self.d_model, self.summary_type, self.use_proj = d_model, summary_type, use_proj
         self.dropout_rate, self.n_head, self.d_head, self.dropatt = dropout, n_head, d_head, dropatt
         self.initializer_range, self.layer_norm_eps = initializer_range, layer_norm_eps
-        self._init = init = keras.initializers.RandomNormal(stddev=initializer_range)  # the original's init
-        self.proj = (keras.layers.Dense(d_model, activation="tanh", kernel_initializer=init, name="summary",
+        self.proj = (keras.layers.Dense(d_model, activation="tanh", name="summary",
+                                        kernel_initializer=normal_init(initializer_range),
                                         dtype=self.dtype_policy) if use_proj else None)
         self.drop = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
         if summary_type == "attn":
@@ -68,10 +69,12 @@ class SequenceSummary(keras.layers.Layer):
     def build(self, input_shape):
         d_in = input_shape[-1]
         if self.summary_type == "attn":
-            self.summary_bias = self.add_weight(name="summary_bias", shape=(d_in,), initializer=self._init)
+            self.summary_bias = self.add_weight(name="summary_bias", shape=(d_in,),
+                                                initializer=normal_init(self.initializer_range))
             shape = (d_in, self.n_head, self.d_head)
             self.q, self.k, self.v, self.o = (self.add_weight(name=f"{n}_kernel", shape=shape,
-                                                              initializer=self._init) for n in "qkvo")
+                                                              initializer=normal_init(self.initializer_range))
+                                              for n in "qkvo")
             self.layer_norm.build(tuple(input_shape[:1]) + (d_in,))
         if self.proj is not None:
             self.proj.build(tuple(input_shape[:1]) + (d_in,))

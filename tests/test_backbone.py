@@ -398,3 +398,23 @@ def test_a_wrong_input_is_one_line_naming_it():
         with pytest.raises(kind) as e:
             model(**kwargs)
         assert part in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_every_weight_is_its_own_draw():
+    """Each weight draws its own initial values (``ops.normal_init``), as the original's per-variable initializer:
+    one shared Keras 3 initializer gave a layer's q, k, v, r and o, its three biases, and a summary's q, k, v, o
+    the same values, and weights of other shapes the same stream."""
+    from xlnet_tf.heads.summary import SequenceSummary
+
+    model = XLNetModel(XLNetConfig(**TINY))
+    model(np.array([[5, 6]]))
+    w = {v.path: v.numpy().reshape(-1) for v in model.weights}
+    for prefix in ("xlnet/layer_0/rel_attn/", "xlnet/layer_1/ff/layer_"):
+        drawn = [v for k, v in w.items() if k.startswith(prefix) and (k.endswith("kernel") or "rel_attn" in k)
+                 and not k.endswith(("gamma", "beta"))]
+        heads = [tuple(v[:4]) for v in drawn]
+        assert len(drawn) >= 2 and len(set(heads)) == len(heads), (prefix, heads)
+    summary = SequenceSummary(32, summary_type="attn", n_head=2, d_head=16)
+    summary(tf.zeros([1, 3, 32]))
+    heads = [tuple(v.numpy().reshape(-1)[:4]) for v in summary.weights if v.path.endswith("_kernel")]
+    assert len(heads) == 4 and len(set(heads)) == 4, heads

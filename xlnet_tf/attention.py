@@ -28,7 +28,7 @@ import tensorflow as tf
 
 from xlnet_tf.encodings import PositionalBasis, SegmentEncoding
 from xlnet_tf.masks import mask_value
-from xlnet_tf.ops import dropout
+from xlnet_tf.ops import dropout, normal_init
 from xlnet_tf.paths import Paths
 
 
@@ -132,16 +132,13 @@ class RelativeAttention(keras.layers.Layer):
         super().__init__(name="rel_attn", **kwargs)
         self.config = c = config
         self.index = index  # the block's: its tables in a ``PositionalBasis.projected``
-        init = keras.initializers.RandomNormal(stddev=c.initializer_range)
         proj = (c.d_model, c.n_head, c.d_head)
-        self.q = self.add_weight(name="q", shape=proj, initializer=init)
-        self.k = self.add_weight(name="k", shape=proj, initializer=init)
-        self.v = self.add_weight(name="v", shape=proj, initializer=init)
-        self.r = self.add_weight(name="r", shape=proj, initializer=init)
-        self.o = self.add_weight(name="o", shape=proj, initializer=init)
+        for n in "qkvro":  # (each its own draw: ``normal_init``)
+            setattr(self, n, self.add_weight(name=n, shape=proj, initializer=normal_init(c.initializer_range)))
         if c.untie_r:
             for n in ("r_w_bias", "r_r_bias", "r_s_bias"):
-                setattr(self, n, self.add_weight(name=n, shape=(c.n_head, c.d_head), initializer=init))
+                setattr(self, n, self.add_weight(name=n, shape=(c.n_head, c.d_head),
+                                                 initializer=normal_init(c.initializer_range)))
         else:
             self.r_w_bias, self.r_r_bias, self.r_s_bias = (shared_biases[n] for n in
                                                            ("r_w_bias", "r_r_bias", "r_s_bias"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from xlnet_tf.ops import OpsTable, activation_fn, gelu_tanh
+from xlnet_tf.ops import OpsTable, activation_fn, gelu_tanh, normal_init
 
 
 class FeedForward(keras.layers.Layer):
@@ -16,10 +16,11 @@ class FeedForward(keras.layers.Layer):
     def __init__(self, config, **kwargs):
         super().__init__(name="ff", **kwargs)
         self.config = c = config
-        init = keras.initializers.RandomNormal(stddev=c.initializer_range)
-        self.layer_1_kernel = self.add_weight(name="layer_1_kernel", shape=(c.d_model, c.d_inner), initializer=init)
+        self.layer_1_kernel = self.add_weight(name="layer_1_kernel", shape=(c.d_model, c.d_inner),
+                                              initializer=normal_init(c.initializer_range))
         self.layer_1_bias = self.add_weight(name="layer_1_bias", shape=(c.d_inner,), initializer="zeros")
-        self.layer_2_kernel = self.add_weight(name="layer_2_kernel", shape=(c.d_inner, c.d_model), initializer=init)
+        self.layer_2_kernel = self.add_weight(name="layer_2_kernel", shape=(c.d_inner, c.d_model),
+                                              initializer=normal_init(c.initializer_range))
         self.layer_2_bias = self.add_weight(name="layer_2_bias", shape=(c.d_model,), initializer="zeros")
         self.ln_gamma = self.add_weight(name="ln_gamma", shape=(c.d_model,), initializer="ones")
         self.ln_beta = self.add_weight(name="ln_beta", shape=(c.d_model,), initializer="zeros")

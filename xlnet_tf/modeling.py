@@ -15,6 +15,7 @@ from xlnet_tf.block import XLNetBlock
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.encodings import PositionalBasis, RelativePositionalEncoding
 from xlnet_tf.masks import attention_masks, segment_diff
+from xlnet_tf.ops import normal_init
 
 
 # Keras' default SavedModel signature (``keras.Model._default_save_signature``, a ``tf.function`` over the whole
@@ -83,14 +84,15 @@ class XLNetModel(_SignatureOnlyOutsideExports, keras.Model):
             config = XLNetConfig.from_dict(config)
         self.config = config
         c = config
-        init = keras.initializers.RandomNormal(stddev=c.initializer_range)
-        self.word_embedding = self.add_weight(name="lookup_table", shape=(c.n_token, c.d_model), initializer=init)
+        self.word_embedding = self.add_weight(name="lookup_table", shape=(c.n_token, c.d_model),
+                                              initializer=normal_init(c.initializer_range))
         self.mask_emb = self.add_weight(name="mask_emb", shape=(1, 1, c.d_model),
                                         initializer=keras.initializers.GlorotUniform())
         self.lm_bias = self.add_weight(name="lm_bias", shape=(c.n_token,), initializer="zeros")
         shared = None
         if not c.untie_r:
-            shared = {n: self.add_weight(name=n, shape=(c.n_head, c.d_head), initializer=init)
+            shared = {n: self.add_weight(name=n, shape=(c.n_head, c.d_head),
+                                         initializer=normal_init(c.initializer_range))
                       for n in ("r_w_bias", "r_r_bias", "r_s_bias")}
         self.shared_biases = shared
         self.positional_encoding = RelativePositionalEncoding(config, dtype=self.dtype_policy)

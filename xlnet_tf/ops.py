@@ -18,6 +18,7 @@ from __future__ import annotations
 import sys
 from typing import Optional, Protocol
 
+import keras
 import tensorflow as tf
 
 
@@ -126,3 +127,11 @@ class OpsTable(Protocol):
 # The plain table is this module: its functions above have the ``OpsTable`` names.
 name = "plain"
 PLAIN: OpsTable = sys.modules[__name__]
+
+
+def normal_init(stddev: float) -> keras.initializers.Initializer:
+    """A ``RandomNormal(stddev)`` for ONE weight. Keras 3's initializer draws its seed when it is made and keeps it,
+    so one instance gives every weight of a shape the same values (a layer's q, k, v, r and o alike) and weights
+    of other shapes the same stream; a fresh one per weight draws its own seed from Python's ``random``
+    (reproducible under the task models' ``seed``), as the original's per-variable initializer draws apart."""
+    return keras.initializers.RandomNormal(stddev=stddev)
