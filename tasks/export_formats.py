@@ -291,11 +291,11 @@ def shape_arithmetic_shared(model) -> Dict[str, int]:
     same attributes from the same inputs (constants: the same bytes) are computed once. Left in each layer:
     ``rel_shift``'s second slice bound (a ShapeOf of a reshape whose output OpenVINO's inference does not name,
     3 nodes); in RACE's graph (layers on batch x 4 rows, a product inference leaves unnamed) also the
-    feed-forward's reshape back. Fewer dynamic-shape nodes is what a batch-1 call pays for (PERFORMANCE.md "Serving in other
-    runtimes", XLNet-Base: 735 -> 514 compiled nodes run per call; 12 SST-2 lengths at batch 1, 11 interleaved
-    reps under another session's load: 63.0 -> 57.3 ms per call; IMDB's lengths neutral; the same outputs, bit
-    for bit). Returns the counts: ``{"shape_of": merged ShapeOf nodes, "ops": merged small ops (constants
-    included)}``."""
+    feed-forward's reshape back. Fewer dynamic-shape nodes is what a batch-1 call pays for (PERFORMANCE.md
+    "Serving in other runtimes", XLNet-Base: 735 -> 514 compiled nodes run per call; 12 SST-2 lengths at batch
+    1, 11 interleaved reps under another session's load: 63.0 -> 57.3 ms per call; IMDB's lengths neutral; the
+    same outputs, bit for bit). Returns the counts: ``{"shape_of": merged ShapeOf nodes, "ops": merged small ops
+    (constants included)}``."""
     import openvino as ov
 
     for param in model.get_parameters():  # own symbols: nothing assumed about which inputs share a dimension
