@@ -9,7 +9,8 @@ its layout constants), each written to a temporary folder and renamed into place
   graph itself when it loads it) and
   ``tokenizer.onnx`` (onnxruntime-extensions' ``SentencepieceTokenizer`` over the export's spiece.model bytes).
 * ``openvino``: ``model.xml/.bin`` (``openvino.convert_model`` of the ids graph, weights kept float32, each
-  LayerNorm's normalisation one ``MVN`` node: ``layer_norms_as_mvn``) and
+  LayerNorm's normalisation one ``MVN`` node: ``layer_norms_as_mvn``; the shape arithmetic every layer repeats
+  computed once: ``shape_arithmetic_shared``) and
   ``tokenizer.xml/.bin`` (openvino-tokenizers' ``SentencepieceTokenizer`` over the same bytes).
 
 Both carry ``serve.py`` (``tasks/serve_runtime.py``: text normalisation, the digit-comma rule, the layout and
@@ -176,10 +177,10 @@ FORMAT_CHOICE = {
     "needs": {"tf_saved_model": "tensorflow and tensorflow_text",
               "onnx": "onnxruntime and onnxruntime-extensions (pip install 'xlnet-tf[onnx]')",
               "openvino": "openvino and openvino-tokenizers (pip install 'xlnet-tf[openvino]')"},
-    "avx512_bf16 (AMD EPYC, no AMX)": "openvino with precision='bf16' at every batch size and length (2.0-3.4x the "
-                                      "float32 SavedModel, two quiet runs); in float32: openvino or onnx at batch "
-                                      "1 on short texts (SST-2: 1.5-1.8x the SavedModel), openvino for batches of "
-                                      "32 and long texts (IMDB, 512: 1.10-1.22x the SavedModel; onnx 0.82-1.02x "
+    "avx512_bf16 (AMD EPYC, no AMX)": "openvino with precision='bf16' at every batch size and length (1.8-3.4x the "
+                                      "float32 SavedModel, three quiet runs); in float32: openvino or onnx at batch "
+                                      "1 on short texts (SST-2: 1.5-1.9x the SavedModel), openvino for batches of "
+                                      "32 and long texts (IMDB, 512: 1.10-1.27x the SavedModel; onnx 0.82-1.02x "
                                       "there)",
     "not measured": "AVX2-only cores (issue 53: ONNX Runtime led TensorFlow at batch 1 there, so try onnx), AMX "
                     "(Intel Sapphire Rapids and later), ARM",
@@ -195,6 +196,7 @@ def export_openvino(module, path: str, pair: bool = False) -> str:  # (``pair``:
 
     model = ov.convert_model(ids_function(module))
     layer_norms_as_mvn(model)
+    shape_arithmetic_shared(model)
     for port in model.inputs:
         port.get_tensor().set_names({port.get_any_name().split(":")[0]})
     # The length dimension bounded by max_seq_length, the longest the runner sends: the plugin knows the largest
@@ -272,6 +274,89 @@ def layer_norms_as_mvn(model) -> int:
         replaced += 1
     model.validate_nodes_and_infer_types()
     return replaced
+
+
+# OpenVINO nodes never merged by ``shape_arithmetic_shared`` (state, randomness, the graph's ends).
+_NOT_SHARED = {"Parameter", "Result", "ReadValue", "Assign", "RandomUniform", "Multinomial"}
+
+
+def shape_arithmetic_shared(model) -> Dict[str, int]:
+    """The shape arithmetic each layer of ``model`` repeats, computed once. Every layer builds its reshape
+    targets and slice bounds from ``tf.shape`` of its own tensors (ShapeOf, Gather, StridedSlice, Concat, the
+    floor division of ``positional_scores``, ~20 nodes a layer); those tensors have the same shapes in every
+    layer, but OpenVINO runs each layer's copy. Two steps, both exact: (1) each ``ShapeOf`` whose input has the
+    same shape as an earlier one's, proven by OpenVINO's shape inference (each dynamic input dimension its own
+    ``Symbol``, which inference unifies where the graph requires the dimensions equal), reads the earlier one;
+    (2) then the small integer and boolean tensors (shape values, rank <= 1) computed by the same op with the
+    same attributes from the same inputs (constants: the same bytes) are computed once. Left in each layer:
+    ``rel_shift``'s second slice bound (a ShapeOf of a reshape whose output OpenVINO's inference does not name,
+    3 nodes); in RACE's graph (layers on batch x 4 rows, a product inference leaves unnamed) also the
+    feed-forward's reshape back. Fewer dynamic-shape nodes is what a batch-1 call pays for (PERFORMANCE.md
+    "Serving in other runtimes", XLNet-Base: 735 -> 514 compiled nodes run per call; 12 SST-2 lengths at batch
+    1, 11 interleaved reps under another session's load: 63.0 -> 57.3 ms per call; IMDB's lengths neutral; the
+    same outputs, bit for bit). Returns the counts: ``{"shape_of": merged ShapeOf nodes, "ops": merged small ops
+    (constants included)}``."""
+    import openvino as ov
+
+    for param in model.get_parameters():  # own symbols: nothing assumed about which inputs share a dimension
+        shape = param.get_partial_shape()
+        if shape.rank.is_static and shape.is_dynamic:
+            for dim in shape:
+                if dim.is_dynamic:
+                    dim.set_symbol(ov.Symbol())
+            param.set_partial_shape(shape)
+    model.validate_nodes_and_infer_types()
+
+    def dims(output):
+        shape = output.get_partial_shape()
+        if shape.rank.is_dynamic or any(d.is_dynamic and not d.has_symbol() for d in shape):
+            return None
+        return [(d.get_length(), None) if d.is_static else (None, d.get_symbol()) for d in shape]
+
+    def same(a, b):
+        return len(a) == len(b) and all(x[0] == y[0] and (x[1] is None) == (y[1] is None)
+                                        and (x[1] is None or x[1] == y[1]) for x, y in zip(a, b))
+
+    counts = {"shape_of": 0, "ops": 0}
+    firsts = []  # (input dims, output type, the first ShapeOf's output)
+    for op in model.get_ordered_ops():
+        if op.get_type_name() != "ShapeOf" or (key := dims(op.input(0).get_source_output())) is None:
+            continue
+        kind = op.get_output_element_type(0)
+        first = next((out for d, t, out in firsts if t == kind and same(d, key)), None)
+        if first is None:
+            firsts.append((key, kind, op.output(0)))
+        else:
+            op.output(0).replace(first)
+            counts["shape_of"] += 1
+
+    def small(output):
+        kind, shape = output.get_element_type(), output.get_partial_shape()
+        return ((kind.is_integral() or kind == ov.Type.boolean) and shape.rank.is_static
+                and shape.rank.get_length() <= 1)
+
+    seen = {}
+    for op in model.get_ordered_ops():
+        kind = op.get_type_name()
+        if kind in _NOT_SHARED or op.get_output_size() < 1 or not all(small(o) for o in op.outputs()):
+            continue
+        if kind == "Constant":
+            data = op.get_data()
+            if data.size > 64:
+                continue
+            key = (kind, str(op.get_output_element_type(0)), data.shape, data.tobytes())
+        else:
+            key = (kind, op.get_type_info().version_id, repr(sorted(op.get_attributes().items())),
+                   tuple((i.get_source_output().get_node().get_name(), i.get_source_output().get_index())
+                         for i in op.inputs()))
+        if key in seen:
+            for out, kept in zip(op.outputs(), seen[key]):
+                out.replace(kept)
+            counts["ops"] += 1
+        else:
+            seen[key] = list(op.outputs())
+    model.validate_nodes_and_infer_types()
+    return counts
 
 
 # ---------------------------------------------------------------------------------------------- ONNX

@@ -263,6 +263,22 @@ def test_each_openvino_export_holds_its_layer_norms_as_mvn_nodes(exports, race_e
         assert not [n for n, t in layers if t == "SquaredDifference" and "/layer_" in n], root
 
 
+@pytest.mark.slow
+def test_each_openvino_export_computes_the_layers_shape_arithmetic_once(exports, race_exports, squad_exports):
+    """``shape_arithmetic_shared``: in the classifier's and SQuAD's OpenVINO graphs the layers after the first read
+    the first layer's shapes: no ShapeOf of their own (each layer took ``tf.shape`` of its own input again, and
+    built its reshape targets from it). RACE's layers run on batch x 4 rows, a product OpenVINO's shape inference
+    leaves unnamed: there only the feed-forward's reshape back keeps its own. Their answers are the SavedModel's
+    (the tests above)."""
+    import re
+
+    for root, kept in ((exports[0], ()), (race_exports[0], ("/ff_1/Shape",)), (squad_exports[0], ())):
+        xml = (root / "openvino" / "model.xml").read_text()
+        shape_of = [n for n, t in re.findall(r'<layer [^>]*name="([^"]*)" type="([A-Za-z]+)"', xml) if t == "ShapeOf"]
+        assert [n for n in shape_of if "/layer_0" in n], root  # the first layer's, kept
+        assert not [n for n in shape_of if re.search(r"/layer_[1-9]", n) and not n.endswith(kept)], root
+
+
 def test_the_runner_finds_sentencepieces_offsets_without_it():
     """``serve.py``'s ``piece_spans`` (the pieces laid over its emulation of SentencePiece's normalizer) gives
     SentencePiece's own offsets on strings of what the normalizer changes: spaces and controls it drops or
