@@ -118,13 +118,11 @@ def check_schedule(F) -> None:
 
 
 def check_text_room(F, pair: bool, memory: bool = False) -> None:
-    """--max_seq_length must leave a text piece beside the special tokens (A <sep> [B <sep>] <cls>; memory mode
-    cuts a text into windows and needs only the two)."""
-    need = 2 if memory else 5 if pair else 3
-    if F.max_seq_length < need:
-        what = ("memory mode's windows end in <sep> <cls>" if memory else
-                "a pair needs A <sep> B <sep> <cls>" if pair else "a text needs its pieces, <sep> and <cls>")
-        raise ValueError(f"--max_seq_length={F.max_seq_length}: leaves no room for text ({what}: at least {need})")
+    """--max_seq_length must leave a text piece beside the special tokens (the classifier's rule:
+    ``tasks/classification/features.check_text_room``)."""
+    from xlnet_tf.tasks.classification.features import check_text_room
+
+    check_text_room(F.max_seq_length, pair, memory, flags=True)
 
 
 def check_memory(F, config, training: bool, head: ram.HeadSize, rows: int = 1,

@@ -37,6 +37,7 @@ import logging
 import run_common
 import run_flags
 import run_main
+from xlnet_tf.tasks.squad import features as squad_features
 from xlnet_tf.tasks.squad import reader as squad_task
 from xlnet_tf.tasks.squad.run import SquadOptions  # (no TensorFlow: its defaults are the flags')
 from xlnet_tf.tasks.squad.run import SquadRun
@@ -84,9 +85,7 @@ def job(F):
     # SQuAD's predictions come with its evaluation (scored when the predict file has answers)
     plan = run_common.plan(F, do_eval=predict, do_predict=False, results_dir=F.predict_dir or F.output_dir)
     L, Q = F.max_seq_length, F.max_query_length
-    if Q < 1 or F.doc_stride < 1 or L < Q + 4:
-        raise ValueError(f"need --max_query_length >= 1, --doc_stride >= 1 and --max_seq_length > "
-                         f"--max_query_length + 3 (got {L}, {Q}, {F.doc_stride})")
+    squad_features.check_lengths(L, Q, F.doc_stride, flags=True)
     if F.start_n_top < 1 or F.end_n_top < 1 or F.start_n_top > L or F.end_n_top > L:
         raise ValueError("--start_n_top and --end_n_top must be in [1, max_seq_length]")
     if F.n_best_size < 1 or F.max_answer_length < 1:

@@ -134,10 +134,8 @@ class XLNetTask(TaskModel):
 
     # ------------------------------------------------------------------ construction
     def check_lengths(self, max_seq_length: int) -> None:
-        """The task's length rule, as its command line's (one line naming the options)."""
-        if max_seq_length < 3:
-            raise ValueError(f"max_seq_length={max_seq_length}: leaves no room for text (a text needs its pieces, "
-                             f"<sep> and <cls>: at least 3)")
+        """The task's length rule, its command line's (each task's ``features`` module holds it), refused in one
+        line naming the options: the subclasses give it."""
 
     # (issue 69: names, revision/token/cache_dir/local_files_only, ignore_mismatched_sizes, save_pretrained)
     @classmethod

@@ -42,6 +42,18 @@ TRAIN_ORDER_SEED = 12345  # the train split's records are written in this seeded
 _DIGIT_COMMA = re.compile(r"[0-9],")
 
 
+def check_text_room(max_seq_length: int, pair: bool, memory: bool = False, flags: bool = False) -> None:
+    """The classifier's length rule, its one home (run_classifier.py's and extract_features.py's flags, the Keras
+    ``XLNetClassifier``): max_seq_length must leave a text piece beside the special tokens (A <sep> [B <sep>] <cls>;
+    memory mode cuts a text into windows and needs only the two). ``flags``: name it as the command line's flag."""
+    need = 2 if memory else 5 if pair else 3
+    if max_seq_length < need:
+        what = ("memory mode's windows end in <sep> <cls>" if memory else
+                "a pair needs A <sep> B <sep> <cls>" if pair else "a text needs its pieces, <sep> and <cls>")
+        name = "--max_seq_length" if flags else "max_seq_length"
+        raise ValueError(f"{name}={max_seq_length}: leaves no room for text ({what}: at least {need})")
+
+
 def feature_spec(max_seq_length: int, regression: bool = False, max_segments: Optional[int] = None) -> FeatureSpec:
     """The one-window layout, or with ``max_segments`` the windows of a long document (memory mode)."""
     shape = (max_seq_length,) if not max_segments else (int(max_segments), max_seq_length)

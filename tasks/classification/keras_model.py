@@ -48,10 +48,7 @@ class XLNetClassifier(XLNetTask):
         return not self.regression
 
     def check_lengths(self, max_seq_length: int) -> None:
-        need = 5 if self.pair else 3
-        if max_seq_length < need:
-            what = "a pair needs A <sep> B <sep> <cls>" if self.pair else "a text needs its pieces, <sep> and <cls>"
-            raise ValueError(f"max_seq_length={max_seq_length}: leaves no room for text ({what}: at least {need})")
+        cls_features.check_text_room(max_seq_length, self.pair)
 
     def make_head(self, config, **head_options):
         from xlnet_tf.heads.classification import ClassificationHead

@@ -45,6 +45,19 @@ UNIQUE_ID_BASE = 1_000_000_000
 MIN_GROUPS_FOR_POOL = 256  # below this many paragraphs a process pool's start-up costs more than it saves
 
 
+def check_lengths(max_seq_length: int, max_query_length: int, doc_stride: int, flags: bool = False) -> None:
+    """SQuAD's length rule, its one home (run_squad.py's flags, the Keras ``XLNetQuestionAnswerer``): a query piece,
+    a stride, and the query with <sep> <sep> <cls> leaving a context piece in each window. ``flags``: name them as
+    the command line's flags."""
+    if max_query_length < 1 or doc_stride < 1 or max_seq_length < max_query_length + 4:
+        dash = "--" if flags else ""
+        values = (max_seq_length, max_query_length, doc_stride)
+        got = ", ".join(str(v) if flags else f"{k}={v}" for k, v in
+                        zip(("max_seq_length", "max_query_length", "doc_stride"), values))
+        raise ValueError(f"need {dash}max_query_length >= 1, {dash}doc_stride >= 1 and {dash}max_seq_length > "
+                         f"{dash}max_query_length + 3 (got {got})")
+
+
 def squad_feature_spec(max_seq_length: int) -> tfrecord_io.FeatureSpec:
     seq = ("int64", (max_seq_length,))
     scalar = ("int64", ())

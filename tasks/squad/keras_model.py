@@ -23,6 +23,7 @@ from xlnet_tf.tasks import keras_inputs as door
 from xlnet_tf.tasks.keras_task import XLNetTask, checked_batch_size
 from xlnet_tf.tasks.squad import metrics as squad_metrics
 from xlnet_tf.tasks.squad.features import build_squad_features, squad_feature_spec
+from xlnet_tf.tasks.squad.features import check_lengths as check_squad_lengths
 from xlnet_tf.tasks.squad.reader import SquadExample
 from xlnet_tf.tasks.squad.run import SquadOptions
 from xlnet_tf.tasks.squad.serving import SquadServing
@@ -47,11 +48,8 @@ class XLNetQuestionAnswerer(XLNetTask):
         super().__init__(config, **kwargs)
 
     def check_lengths(self, max_seq_length: int) -> None:
-        """As run_squad.py's: the question and <sep> <sep> <cls> leave a context piece in each window."""
-        q = self.squad_options["max_query_length"]
-        if max_seq_length < q + 4:
-            raise ValueError(f"max_seq_length={max_seq_length}: leaves no context beside max_query_length={q} "
-                             f"(at least max_query_length + 4)")
+        o = self.squad_options
+        check_squad_lengths(max_seq_length, o["max_query_length"], o["doc_stride"])
 
     def make_head(self, config, **head_options):
         from xlnet_tf.heads.squad import SquadHead
