@@ -13,6 +13,7 @@ from typing import Dict, Optional, Sequence
 
 import run_state
 from xlnet_tf.tasks import runner
+from xlnet_tf.tasks.classification import features as cls_features
 from xlnet_tf import XLNetConfig, XLNetTokenizer, checkpoint, ram
 from xlnet_tf.config import describe_activation
 from xlnet_tf.hardware import POLICY_OF_DTYPE as EXPORT_PRECISIONS  # --export_precision -> the export's policy
@@ -119,10 +120,8 @@ def check_schedule(F) -> None:
 
 def check_text_room(F, pair: bool, memory: bool = False) -> None:
     """--max_seq_length must leave a text piece beside the special tokens (the classifier's rule:
-    ``tasks/classification/features.check_text_room``)."""
-    from xlnet_tf.tasks.classification.features import check_text_room
-
-    check_text_room(F.max_seq_length, pair, memory, flags=True)
+    ``check_text_room`` in tasks/classification/features.py)."""
+    cls_features.check_text_room(F.max_seq_length, pair, memory, flags=True)
 
 
 def check_memory(F, config, training: bool, head: ram.HeadSize, rows: int = 1,
