@@ -61,6 +61,10 @@ class ClassificationHead(Head):
         return HeadSize("classification", n + dense_params(width, 1 if regression else int(num_labels)),
                         per_row_float32=8 * d)
 
+    @property
+    def reads_last_position(self) -> bool:
+        return self.summary.summary_type == "last"
+
     def build(self, input_shape=None):
         pass  # sublayers build on first call
 

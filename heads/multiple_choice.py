@@ -44,6 +44,10 @@ class MultipleChoiceHead(Head):
         return HeadSize("multiple_choice", SequenceSummary.param_count(d, summary_type, use_proj, n_head, d_head)
                         + dense_params(d, 1), per_row_float32=8 * d)
 
+    @property
+    def reads_last_position(self) -> bool:
+        return self.summary.summary_type == "last"
+
     def build(self, input_shape=None):
         # Variables are created on the first call (they only depend on d_model).
         pass

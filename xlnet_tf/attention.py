@@ -40,7 +40,9 @@ class LayerInputs:
     dropout, 2 with bi_data, else 1) or, without dropout on them, a ``PositionalBasis``; ef_diff: [b, q, klen] bool
     (key in another segment) or None (no segment term); content_blocked / query_blocked: bool [b|1, q, klen]
     (True = may not attend) or None; target_mapping: [b, m, q] in the compute dtype or None; seed: this block's
-    dropout seed (None: no dropout); training: the model's flag; paths: what this pass runs (``xlnet_tf/paths.py``).
+    dropout seed (None: no dropout); training: the model's flag; paths: what this pass runs (``xlnet_tf/paths.py``);
+    last_query: this block's content stream queries the last position only (``XLNetModel.call``'s
+    ``last_position_only``; its keys and values still span every position).
     """
     pos_emb: Union[tf.Tensor, PositionalBasis]
     ef_diff: Optional[tf.Tensor]
@@ -50,11 +52,20 @@ class LayerInputs:
     seed: Optional[tf.Tensor]
     training: bool
     paths: Paths
+    last_query: bool = False
 
     def for_block(self, index: int) -> "LayerInputs":
         """The same inputs with block ``index``'s own dropout seed."""
         seed = None if self.seed is None else tf.random.experimental.stateless_fold_in(self.seed, 100 + index)
         return dataclasses.replace(self, seed=seed)
+
+    def at_last_query(self) -> "LayerInputs":
+        """These inputs for the content stream's last query row alone: its rows of the segment term and the mask
+        (the keys' side unchanged). Its relative positions need no change: ``rel_shift`` (and the compiled
+        attention) read a query's distances from the end of the encodings, and a single query over klen keys
+        reads the rows the last of qlen queries reads."""
+        last = lambda t: None if t is None else t[:, -1:]  # noqa: E731
+        return dataclasses.replace(self, ef_diff=last(self.ef_diff), content_blocked=last(self.content_blocked))
 
 
 class KeyValueMemory(NamedTuple):
@@ -124,8 +135,9 @@ class RelativeAttention(keras.layers.Layer):
     """``call(h, g, mem, inputs)`` -> (LayerNorm(h + dropout(attention(h) W_o)), the same for g or None).
 
     h: [b, q, d] content; g: [b, m, d] query stream or None; mem: [b, mlen, d] or None; inputs: ``LayerInputs``
-    (with target_mapping the query-stream rows attend at their positions). Dropout salts: content 1 (attention)
-    and 2 (output), query stream 5 and 6.
+    (with target_mapping the query-stream rows attend at their positions; with ``inputs.last_query`` the content
+    stream's output is its last position's, [b, 1, d]). Dropout salts: content 1 (attention) and 2 (output), query
+    stream 5 and 6.
     """
 
     def __init__(self, config, shared_biases: Optional[Dict] = None, index: int = 0, **kwargs):
@@ -210,6 +222,8 @@ class RelativeAttention(keras.layers.Layer):
     # ------------------------------------------------------------------ forward
     def call(self, h, g, mem, inputs: LayerInputs):
         keys = self.keys(h, mem, inputs)
+        if inputs.last_query:  # the keys and values over every position, the queries at the last one
+            h, inputs = h[:, -1:], inputs.at_last_query()
         out_h = self.output(h, self.attend(self.project(h, self.q), keys, inputs.content_blocked, inputs, 1),
                             inputs, 2)
         if g is None:

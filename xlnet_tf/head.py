@@ -30,7 +30,11 @@ from xlnet_tf.ram import HeadSize
 
 
 class Head(keras.layers.Layer):
-    """Base class; subclasses implement ``call`` and ``loss``."""
+    """Base class; subclasses implement ``call`` and ``loss``. ``reads_last_position``: the head reads only the
+    last position of ``sequence_output`` (the ``<cls>`` at the end of the left-padded layouts), so the task model
+    asks the backbone for that row alone (``XLNetModel.call``'s ``last_position_only``)."""
+
+    reads_last_position = False
 
     def loss(self, features: Dict[str, tf.Tensor], outputs: Dict[str, tf.Tensor]) -> tf.Tensor:
         raise NotImplementedError

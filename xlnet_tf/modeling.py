@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from typing import Dict, List, Optional, Sequence
 
 import keras
@@ -168,13 +169,21 @@ class XLNetModel(_SignatureOnlyOutsideExports, keras.Model):
     def call(self, input_ids, segment_ids=None, padding_mask=None, mems: Optional[Sequence] = None,
              perm_mask=None, target_mapping=None, training=False,
              output_hidden_states: bool = False, mem_padding_mask=None,
-             mask_emb_positions=None, positions: Optional[PositionalBasis] = None) -> Dict[str, object]:
+             mask_emb_positions=None, positions: Optional[PositionalBasis] = None,
+             last_position_only: bool = False) -> Dict[str, object]:
         """``mask_emb_positions`` [b, L] (1 = the content stream reads ``mask_emb`` there instead of the word
         embedding): the masked-LM objective's masked inputs; the query stream always starts from ``mask_emb``.
         ``positions``: this call's relative positions with every block's tables already projected
         (``projected_positions`` of the same query and key lengths; no dropout on them): what a loop of steps
-        of one shape computes once (generation); None: computed here."""
+        of one shape computes once (generation); None: computed here. ``last_position_only``: ``sequence_output``
+        is the last position's alone, [b, 1, d], and the last block computes only it (its queries, output
+        projection and feed-forward on one row; its keys and values over every position): the same numbers as
+        the whole output's last row, for a head that reads only the ``<cls>`` at the end (summary "last"), ~1/n_layer
+        of the call's matmuls fewer (dropout in training draws the row's masks on its own shape)."""
         c = self.config
+        if last_position_only and (target_mapping is not None or output_hidden_states):
+            raise ValueError("last_position_only: not with target_mapping (the query stream) or "
+                             "output_hidden_states (every position's states are asked for)")
         input_ids = tf.cast(input_ids, tf.int32)
         shape = tf.shape(input_ids)
         bsz, qlen = shape[0], shape[1]
@@ -226,10 +235,13 @@ class XLNetModel(_SignatureOnlyOutsideExports, keras.Model):
                 own_kv.append(mem.own)
             if c.mem_len > 0 and not projected:
                 new_mems.append(self._cache_mem(h, mem))
+            block_inputs = inputs.for_block(i)
+            if last_position_only and i == c.n_layer - 1:
+                block_inputs = dataclasses.replace(block_inputs, last_query=True)
             if c.recompute and training:
-                h, g = self._recomputed(block, h, g, mem, inputs.for_block(i))
+                h, g = self._recomputed(block, h, g, mem, block_inputs)
             else:
-                h, g = block(h, g, mem, inputs=inputs.for_block(i))
+                h, g = block(h, g, mem, inputs=block_inputs)
             hidden.append(h)
 
         out = {"sequence_output": chosen.ops.dropout(h, c.dropout, seed, 4)}

@@ -59,8 +59,12 @@ class TaskModel(WrapsBackbone, keras.Model):
             flat = lambda t: None if t is None else tf.reshape(t, [-1, tf.shape(t)[-1]])  # noqa: E731
             ids, seg, mask = flat(ids), flat(seg), flat(mask)
         out = self.backbone(ids, segment_ids=seg, padding_mask=mask, training=training, output_hidden_states=hidden,
-                            positions=positions)
+                            positions=positions, last_position_only=self._last_only(hidden))
         return out, features
+
+    def _last_only(self, hidden: bool) -> bool:
+        """The backbone computes only the last position where the head reads nothing else (``Head``)."""
+        return bool(getattr(self.head, "reads_last_position", False)) and not hidden
 
     def _encode_windows(self, features, training, hidden):
         c = self.config
@@ -78,7 +82,8 @@ class TaskModel(WrapsBackbone, keras.Model):
         def last_window(mems=None, mem_mask=None):
             out = self.backbone(last["input_ids"], segment_ids=last["segment_ids"],
                                 padding_mask=last["padding_mask"], mems=mems, mem_padding_mask=mem_mask,
-                                training=training, output_hidden_states=hidden)
+                                training=training, output_hidden_states=hidden,
+                                last_position_only=self._last_only(hidden))
             return {k: out[k] for k in ("sequence_output", "hidden_states") if k in out}
 
         def with_memory():
