@@ -8,6 +8,8 @@ runtimes"), on the exports ``benchmarks/real_lengths.py`` wrote in its ``--workd
     python benchmarks/openvino_levers.py profile --shape 32x56           # per-op time, ours and HF's graph
     python benchmarks/openvino_levers.py runner --batch 32 --variants '{"pinned": {"ENABLE_CPU_PINNING": true},
         "unpinned": {"ENABLE_CPU_PINNING": false}}'                      # serve.py on real text, interleaved
+    python benchmarks/openvino_levers.py ab --folders before=/tmp/a/ours_format_openvino_128 \
+        after=/tmp/b/ours_format_openvino_128 --texts 40 --reps 5      # two exports (two checkouts) A/B
 
 ``profile``: OpenVINO's performance counters (``PERF_COUNT``, ``get_profiling_info``) summed by node type and
 kernel, one call of random ids at ``--shape`` after a warm-up, median of ``--reps`` calls. ``runner``: the export's
@@ -116,9 +118,40 @@ def run_runner(dirs, args):
               f"{', '.join(f'{x:.2f}' for x in v)}), {name}, batch {args.batch}")
 
 
+def run_ab(args):
+    """Two or more exports' own ``serve.py`` (e.g. one written before a change and one after, each from its own
+    checkout) on the first ``--texts`` texts one per call, calls interleaved; texts/s medians and each one's median
+    ratio of the reps to the first. (Exports from different random weights: their answers are not compared.)"""
+    import real_lengths
+
+    name = "SST-2 dev, L 128" if args.L == 128 else "IMDB test, L 512"
+    texts = real_lengths.serving_sets()[name][0][:args.texts]
+    served = {}
+    for i, item in enumerate(args.folders):
+        label, folder = item.split("=", 1)
+        spec = importlib.util.spec_from_file_location(f"export_serve_{i}", os.path.join(folder, "serve.py"))
+        serve = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(serve)
+        served[label] = serve.load(folder, precision=args.precision, threads=2)
+        for t in texts:  # warm-up: every length met once
+            served[label](text_a=[t])
+    rates = {label: [] for label in served}
+    for r in range(args.reps):
+        for label in (list(served) if r % 2 == 0 else list(served)[::-1]):
+            t = time.perf_counter()
+            for text in texts:
+                served[label](text_a=[text])
+            rates[label].append(len(texts) / (time.perf_counter() - t))
+    first = list(served)[0]
+    for label, v in rates.items():
+        ratio = statistics.median(a / b for a, b in zip(v, rates[first]))
+        print(f"  {label:12s} {statistics.median(v):7.2f} texts/s (median of {args.reps}: "
+              f"{', '.join(f'{x:.2f}' for x in v)}), {ratio:.3f}x {first}; {name}, batch 1, {args.precision}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=("profile", "runner"))
+    ap.add_argument("what", choices=("profile", "runner", "ab"))
     ap.add_argument("--workdir", default=os.path.join(os.path.dirname(HERE), "recipes_work", "real_lengths"))
     ap.add_argument("--L", type=int, default=128, help="the export's max_seq_length (128: SST-2, 512: IMDB)")
     ap.add_argument("--shape", default="32x56", help="profile: batch x length")
@@ -126,7 +159,13 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=32, help="runner: texts per call")
     ap.add_argument("--variants", default='{"default": {}}', help="runner: {label: compile properties}")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--folders", nargs="+", default=[], help="ab: label=export folder, two or more")
+    ap.add_argument("--texts", type=int, default=40, help="ab: the first texts of the set, one per call")
+    ap.add_argument("--precision", default="f32", help="ab: f32 or bf16")
     args = ap.parse_args(argv)
+    if args.what == "ab":
+        run_ab(args)
+        return 0
     with open(os.path.join(args.workdir, "exports.json")) as f:
         dirs = json.load(f)
     (run_profile if args.what == "profile" else run_runner)(dirs, args)

@@ -178,9 +178,9 @@ FORMAT_CHOICE = {
               "onnx": "onnxruntime and onnxruntime-extensions (pip install 'xlnet-tf[onnx]')",
               "openvino": "openvino and openvino-tokenizers (pip install 'xlnet-tf[openvino]')"},
     "avx512_bf16 (AMD EPYC, no AMX)": "openvino with precision='bf16' at every batch size and length (1.7-3.4x the "
-                                      "float32 SavedModel, four quiet runs); in float32: openvino or onnx at batch "
+                                      "float32 SavedModel, five runs); in float32: openvino or onnx at batch "
                                       "1 on short texts (SST-2: 1.5-1.9x the SavedModel), openvino for batches of "
-                                      "32 and long texts (IMDB, 512: 0.95-1.27x the SavedModel; onnx 0.82-1.02x "
+                                      "32 and long texts (IMDB, 512: 0.95-1.28x the SavedModel; onnx 0.82-1.03x "
                                       "there)",
     "not measured": "AVX2-only cores (issue 53: ONNX Runtime led TensorFlow at batch 1 there, so try onnx), AMX "
                     "(Intel Sapphire Rapids and later), ARM",
