@@ -45,7 +45,7 @@ def test_last_row_equals_the_whole_outputs_last_row(path, mem):
             np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("path", ["plain", "kernels"])
+@pytest.mark.parametrize("path", list(PATHS))
 def test_same_loss_and_gradients_in_training(path):
     """Without dropout a training step through the last row gives the whole output's loss and gradients (the other
     rows of the last block never reach a "last" head)."""
