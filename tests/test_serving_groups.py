@@ -71,7 +71,8 @@ def assert_same(got, want):
     assert got.keys() == want.keys()
     for k in want:
         if want[k].dtype.kind == "f":
-            np.testing.assert_allclose(got[k], want[k], atol=TOL, rtol=0, err_msg=k)
+            np.testing.assert_allclose(got[k], want[k], atol=TOL, rtol=TOL, err_msg=k)  # (float32 sums of other
+            # padded lengths and row counts: the embeddings, up to ~3, differ in their last bits)
         else:
             np.testing.assert_array_equal(got[k], want[k], err_msg=k)
 

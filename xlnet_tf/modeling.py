@@ -226,6 +226,22 @@ class XLNetModel(_SignatureOnlyOutsideExports, keras.Model):
             g = tf.tile(tf.cast(self.mask_emb, dtype), tf.stack([bsz, num_predict, 1]))
             g = chosen.ops.dropout(g, c.dropout, seed, 2)
 
+        h, g, hidden, new_mems, own_kv = self._blocks(h, g, mems, inputs, projected, training, last_position_only)
+        out = {"sequence_output": chosen.ops.dropout(h, c.dropout, seed, 4)}
+        if output_hidden_states:
+            out["hidden_states"] = hidden
+        if g is not None:
+            out["query_output"] = chosen.ops.dropout(g, c.dropout, seed, 5)
+        if c.mem_len > 0 and not projected:
+            out["new_mems"] = new_mems
+        if projected:
+            out["own_kv"] = own_kv
+        return out
+
+    def _blocks(self, h, g, mems, inputs: LayerInputs, projected: bool, training: bool, last_position_only: bool):
+        """The blocks in turn -> (h, g, the content stream entering and leaving each block, the next memory,
+        each block's keys and values of the call's positions with a projected memory)."""
+        c = self.config
         new_mems: List[tf.Tensor] = []
         hidden, own_kv = [h], []
         for i, block in enumerate(self.blocks):
@@ -243,17 +259,7 @@ class XLNetModel(_SignatureOnlyOutsideExports, keras.Model):
             else:
                 h, g = block(h, g, mem, inputs=block_inputs)
             hidden.append(h)
-
-        out = {"sequence_output": chosen.ops.dropout(h, c.dropout, seed, 4)}
-        if output_hidden_states:
-            out["hidden_states"] = hidden
-        if g is not None:
-            out["query_output"] = chosen.ops.dropout(g, c.dropout, seed, 5)
-        if c.mem_len > 0 and not projected:
-            out["new_mems"] = new_mems
-        if projected:
-            out["own_kv"] = own_kv
-        return out
+        return h, g, hidden, new_mems, own_kv
 
     @staticmethod
     def _recomputed(block, h, g, mem, inputs):
