@@ -126,7 +126,11 @@ def build_ours(spec):
     from xlnet_tf.heads.classification import ClassificationHead
     from xlnet_tf import XLNetConfig
     from xlnet_tf.task_model import TaskModel
-    from xlnet_tf.training import TrainConfig, Trainer, loss_fn
+    from xlnet_tf.training import TrainConfig, Trainer
+    try:
+        from xlnet_tf.train_step import loss_fn
+    except ImportError:  # a checkout from before xlnet_tf/train_step.py (--also)
+        from xlnet_tf.training import loss_fn
 
     B, schedule = spec["batch"], spec["schedule"]
     cfg = XLNetConfig(n_token=32000, ff_activation="gelu", untie_r=True, dropout=0.1, dropatt=0.1, **spec["config"])
