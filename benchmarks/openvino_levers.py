@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import importlib.util
 import json
 import os
 import statistics
@@ -30,6 +29,8 @@ import sys
 import time
 
 import numpy as np
+
+from xlnet_tf.tasks.export_formats import load_runner  # (no TensorFlow: the runner's process as a deployer's)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -90,12 +91,9 @@ def run_runner(dirs, args):
     name = "SST-2 dev, L 128" if args.L == 128 else "IMDB test, L 512"
     texts = real_lengths.serving_sets()[name][0]
     folder = dirs[f"format_openvino_{args.L}"]
-    spec = importlib.util.spec_from_file_location("export_serve", os.path.join(folder, "serve.py"))
-    serve = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(serve)
     core, served = ov.Core(), {}
     for label, props in json.loads(args.variants).items():
-        s = serve.load(folder, threads=2)
+        s = load_runner(folder, threads=2)
         s.runtime.model = core.compile_model(os.path.join(folder, "model.xml"), "CPU",
                                              dict({"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 2},
                                                   **props))
@@ -127,12 +125,9 @@ def run_ab(args):
     name = "SST-2 dev, L 128" if args.L == 128 else "IMDB test, L 512"
     texts = real_lengths.serving_sets()[name][0][:args.texts]
     served = {}
-    for i, item in enumerate(args.folders):
+    for item in args.folders:
         label, folder = item.split("=", 1)
-        spec = importlib.util.spec_from_file_location(f"export_serve_{i}", os.path.join(folder, "serve.py"))
-        serve = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(serve)
-        served[label] = serve.load(folder, precision=args.precision, threads=2)
+        served[label] = load_runner(folder, precision=args.precision, threads=2)
         for t in texts:  # warm-up: every length met once
             served[label](text_a=[t])
     rates = {label: [] for label in served}

@@ -403,10 +403,11 @@ def export_onnx(module, path: str, pair: bool = False) -> str:
     return path
 
 
-def load_runner(path: str, precision: Optional[str] = None):
-    """The export's own ``serve.py`` loaded from ``path`` (what a deployer runs), for tests and benchmarks."""
+def load_runner(path: str, precision: Optional[str] = None, threads: Optional[int] = None):
+    """The export's own ``serve.py`` loaded from ``path`` (what a deployer runs), for tests and benchmarks
+    (``threads``: the runtime's; None: its default). Imports no TensorFlow."""
     spec = importlib.util.spec_from_file_location(f"xlnet_export_serve_{abs(hash(path))}",
                                                   os.path.join(path, "serve.py"))
     serve = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(serve)
-    return serve.load(path, precision=precision)
+    return serve.load(path, precision=precision, threads=threads)
